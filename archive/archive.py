@@ -1,0 +1,238 @@
+"""The Archive: the one object the HTTP API, the CLI and the jobs talk to.
+
+Write order is the durability contract (DESIGN.md invariant 2): the blob is stored and
+durable first, then the index rows commit in one transaction (batched with concurrent
+writers by :class:`~archive.committer.GroupCommitter`). A crash in between leaves an orphan
+blob for garbage collection, never an index row pointing at nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from archive.blobstore import BlobStore, open_blob_store
+from archive.committer import GroupCommitter
+from archive.config import Settings
+from archive.dates import utc_now
+from archive.exceptions import (
+    IdempotencyConflict,
+    InvalidDatetime,
+    MementoNotFound,
+    OriginalNotFound,
+    PayloadTooLarge,
+)
+from archive.hashing import content_address
+from archive.index import DEFAULT_TENANT, Index, Neighbours, StoredResponse, WriteOutcome
+from archive.mementos import (
+    CaptureFacts,
+    Memento,
+    Scope,
+    check_media_type,
+    check_memento_id,
+    memento_id,
+    select_headers,
+)
+from archive.uri import URIR, parse_uri_r
+
+# Clocks of agents and server are never perfectly in step; a capture stamped this far
+# "in the future" is accepted as the client's claim rather than refused.
+CLOCK_SKEW = timedelta(seconds=5)
+EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
+
+
+@dataclass(frozen=True)
+class MementoRequest:
+    """What a client asks to archive. ``captured_at`` None means "now" (server time)."""
+
+    uri_r: str
+    content: bytes
+    content_type: str
+    captured_at: datetime | None = None
+    scope: Scope = Scope.DOCUMENT
+    facts: CaptureFacts = field(default_factory=CaptureFacts)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    memento: Memento
+    created: bool
+
+
+@dataclass(frozen=True)
+class TimeMapPage:
+    original: URIR
+    mementos: list[Memento]
+    page: int
+    page_size: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
+
+
+@dataclass(frozen=True)
+class _PendingWrite:
+    memento: Memento
+    idempotency_key: str | None
+    request_hash: str | None
+
+
+class Archive:
+    def __init__(self, settings: Settings, blob_store: BlobStore, index: Index) -> None:
+        self.settings = settings
+        self.blobs = blob_store
+        self.index = index
+        self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
+            self._commit_batch
+        )
+
+    @classmethod
+    def open(cls, settings: Settings) -> Archive:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return cls(
+            settings,
+            open_blob_store(settings),
+            Index(settings.resolved_database_url, durable=settings.durable),
+        )
+
+    def close(self) -> None:
+        self._committer.close()
+        self.index.close()
+        self.blobs.close()
+
+    # -- writing --------------------------------------------------------------------------
+
+    def write_memento(
+        self,
+        request: MementoRequest,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> WriteResult:
+        """Store a memento durably; idempotent. Raises :class:`InvalidInput` subclasses."""
+        if idempotency_key is not None:
+            replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
+            if replay is not None:
+                return self._replay(tenant, replay)
+        uri = parse_uri_r(request.uri_r, self.settings.internal_schemes)
+        archived_at = utc_now()
+        captured_at = self._check_captured_at(request.captured_at, archived_at)
+        media_type = check_media_type(request.content_type)
+        if len(request.content) > self.settings.max_body_bytes:
+            raise PayloadTooLarge("content is larger than the configured limit")
+        facts = CaptureFacts(
+            tool=request.facts.tool,
+            final_url=request.facts.final_url,
+            http_status=request.facts.http_status,
+            headers=select_headers(request.facts.headers),
+        )
+        if facts.final_url is not None:
+            parse_uri_r(facts.final_url, self.settings.internal_schemes)
+        stored = self.blobs.put(request.content)
+        memento = Memento(
+            id=memento_id(tenant, uri.key, captured_at, stored.address),
+            tenant=tenant,
+            uri_r=uri.raw,
+            urir_key=uri.key,
+            captured_at=captured_at,
+            archived_at=archived_at,
+            content_hash=stored.address,
+            blob_version_id=stored.version_id,
+            media_type=media_type,
+            size=stored.size,
+            scope=request.scope,
+            facts=facts,
+        )
+        return self._committer.submit(_PendingWrite(memento, idempotency_key, request_hash))
+
+    def _commit_batch(self, batch: Sequence[_PendingWrite]) -> list[WriteResult | BaseException]:
+        results: list[WriteResult | BaseException] = []
+        with self.index.write() as connection:
+            outcomes = self.index.insert_mementos(connection, [p.memento for p in batch])
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                results.append(self._settle(connection, pending, outcome))
+        return results
+
+    def _settle(
+        self, connection: object, pending: _PendingWrite, outcome: WriteOutcome
+    ) -> WriteResult | BaseException:
+        if not outcome.memento.same_capture_as(pending.memento):
+            return IdempotencyConflict(
+                "a memento of this URI-R with the same datetime and content already exists "
+                "with different capture facts; mementos are never edited",
+                memento_id=outcome.memento.id,
+            )
+        result = WriteResult(outcome.memento, outcome.created)
+        if pending.idempotency_key is None:
+            return result
+        first = self.index.remember_response(
+            connection,  # type: ignore[arg-type]
+            outcome.memento.tenant,
+            pending.idempotency_key,
+            StoredResponse(
+                request_hash=pending.request_hash or "",
+                status_code=201 if outcome.created else 200,
+                body={"memento_id": outcome.memento.id},
+            ),
+            utc_now(),
+        )
+        if first.request_hash != (pending.request_hash or ""):
+            return IdempotencyConflict("this Idempotency-Key was already used for a different request")
+        return WriteResult(outcome.memento, first.status_code == 201)
+
+    def _replay(self, tenant: str, stored: StoredResponse) -> WriteResult:
+        memento = self.get_memento(tenant, str(stored.body["memento_id"]))
+        return WriteResult(memento, stored.status_code == 201)
+
+    def _check_captured_at(self, claimed: datetime | None, archived_at: datetime) -> datetime:
+        if claimed is None:
+            return archived_at.replace(microsecond=0)
+        if claimed.tzinfo is None:
+            raise InvalidDatetime("captured_at must carry a timezone offset")
+        if claimed > archived_at + CLOCK_SKEW:
+            raise InvalidDatetime("captured_at is in the future")
+        if claimed < EARLIEST_CAPTURE:
+            raise InvalidDatetime("captured_at is before 1990")
+        # Memento-Datetime has one-second resolution (RFC 1123); keep exactly what we serve.
+        return claimed.replace(microsecond=0)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get_memento(self, tenant: str, memento_id_: str) -> Memento:
+        check_memento_id(memento_id_)
+        memento = self.index.get_memento(tenant, memento_id_)
+        if memento is None:
+            raise MementoNotFound("no memento with this id")
+        return memento
+
+    def read_content(self, memento: Memento) -> bytes:
+        """The memento's bytes, re-hashed: raises IntegrityError rather than serve bad bytes."""
+        return self.blobs.get(memento.content_hash, memento.blob_version_id)
+
+    def original(self, uri_r: str) -> URIR:
+        return parse_uri_r(uri_r, self.settings.internal_schemes)
+
+    def timegate(self, tenant: str, uri_r: str, accept_datetime: datetime | None) -> Neighbours:
+        original = self.original(uri_r)
+        found = self.index.neighbours(tenant, original.key, accept_datetime)
+        if found is None:
+            raise OriginalNotFound("no mementos of this URI-R")
+        return found
+
+    def timemap(self, tenant: str, uri_r: str, page: int = 1) -> TimeMapPage:
+        original = self.original(uri_r)
+        size = self.settings.timemap_page_size
+        total = self.index.count_mementos(tenant, original.key)
+        if total == 0:
+            raise OriginalNotFound("no mementos of this URI-R")
+        items = self.index.list_mementos(tenant, original.key, offset=(page - 1) * size, limit=size)
+        if not items and page != 1:
+            raise OriginalNotFound("this TimeMap page is past the last one")
+        return TimeMapPage(original=original, mementos=items, page=page, page_size=size, total=total)
+
+    def content_address_of(self, data: bytes) -> str:
+        return content_address(data)

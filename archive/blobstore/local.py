@@ -1,0 +1,123 @@
+"""Local directory backend: the embedded default.
+
+Layout: ``<root>/<2 hex>/<2 hex>/<64 hex>``, so no directory grows past 65,536 entries.
+A write goes to a temporary file in the same directory, is fsync'd, renamed into place
+(atomic on POSIX) and the directory is fsync'd, so a crash leaves either nothing, a stray
+temporary file, or the complete blob — never a partial blob under its address.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from archive.blobstore.base import StoredBlob
+from archive.exceptions import BlobNotFound, StorageError
+from archive.hashing import ALGORITHM, content_address, parse_address, verify
+
+_TEMP_PREFIX = ".tmp-"
+
+
+class LocalBlobStore:
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
+        self.root = Path(root)
+        self.durable = durable
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, address: str) -> Path:
+        digest = parse_address(address)
+        return self.root / digest[:2] / digest[2:4] / digest
+
+    def put(self, data: bytes) -> StoredBlob:
+        address = content_address(data)
+        path = self.path_for(address)
+        if path.exists():
+            return StoredBlob(address=address, size=len(data), created=False)
+        try:
+            self._write_atomically(path, data)
+        except OSError as exc:
+            raise StorageError("could not write blob to the local store", address=address) from exc
+        return StoredBlob(address=address, size=len(data), created=True)
+
+    def get(self, address: str, version_id: str | None = None) -> bytes:
+        path = self.path_for(address)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise BlobNotFound("no blob at this address", address=address) from None
+        except OSError as exc:
+            raise StorageError("could not read blob from the local store", address=address) from exc
+        return verify(address, data)
+
+    def exists(self, address: str) -> bool:
+        return self.path_for(address).is_file()
+
+    def delete(self, address: str, version_id: str | None = None) -> None:
+        path = self.path_for(address)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        if self.durable:
+            _fsync_directory(path.parent)
+
+    def addresses(self) -> Iterator[str]:
+        for first in sorted(self.root.iterdir()):
+            if not first.is_dir():
+                continue
+            for second in sorted(first.iterdir()):
+                for blob in sorted(second.iterdir()):
+                    if not blob.name.startswith(_TEMP_PREFIX):
+                        yield f"{ALGORITHM}:{blob.name}"
+
+    def close(self) -> None:
+        return None
+
+    def _write_atomically(self, path: Path, data: bytes) -> None:
+        directory = path.parent
+        created_dirs = _make_dirs(directory, stop_at=self.root)
+        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if self.durable:
+                    os.fsync(handle.fileno())
+            # os.replace onto an existing identical blob (a concurrent put) is harmless.
+            os.replace(temp_name, path)
+        except BaseException:
+            _remove_quietly(temp_name)
+            raise
+        if self.durable:
+            _fsync_directory(directory)
+            for created in created_dirs:
+                _fsync_directory(created.parent)
+
+
+def _make_dirs(directory: Path, *, stop_at: Path) -> list[Path]:
+    """Create missing directories; return the ones created, so their parents get fsync'd."""
+    missing = []
+    current = directory
+    while not current.exists() and current != stop_at:
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+    return missing
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass

@@ -1,0 +1,88 @@
+"""Group commit: many concurrent writers, one transaction per batch.
+
+With durability on, every commit costs a sync of the database journal. Requests that arrive
+while a commit is in flight wait in a queue and are committed together by the next one, so
+the sync is paid once per batch instead of once per request — the classic group commit.
+Each caller still returns only after *its* rows are committed.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_STOP = object()
+
+
+class GroupCommitter(Generic[T, R]):
+    def __init__(
+        self,
+        commit_batch: Callable[[Sequence[T]], Sequence[R | BaseException]],
+        *,
+        max_batch: int = 256,
+        name: str = "amber-group-commit",
+    ) -> None:
+        self._commit_batch = commit_batch
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[tuple[T, Future[R]] | object] = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, item: T) -> R:
+        """Queue ``item`` and block until the batch holding it has committed."""
+        if self._closed:
+            raise RuntimeError("committer is closed")
+        future: Future[R] = Future()
+        self._queue.put((item, future))
+        return future.result()
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the worker."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            stop_after = False
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop_after = True
+                    break
+                batch.append(nxt)
+            self._commit(batch)  # type: ignore[arg-type]
+            if stop_after:
+                return
+
+    def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
+        try:
+            results = self._commit_batch([item for item, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting callers
+            if len(batch) == 1:
+                batch[0][1].set_exception(exc)
+                return
+            # One bad item must not fail its neighbours: retry them one by one.
+            for entry in batch:
+                self._commit([entry])
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)

@@ -1,0 +1,147 @@
+"""All configuration, in one place (twelve-factor: environment first).
+
+Sources, lowest precedence first: built-in defaults, a TOML file named by ``AMBER_CONFIG``
+(top-level keys are the setting names below, lower case, without the ``AMBER_`` prefix),
+then ``AMBER_*`` environment variables. ``Settings`` is frozen: build a new one to change it.
+Secrets (credentials inside URLs) are masked by :meth:`Settings.describe`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from archive.exceptions import ConfigurationError
+
+ENV_PREFIX = "AMBER_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("amber-data")
+    database_url: str = ""  # default: sqlite file inside data_dir
+    blob_store: str = ""  # default: file:// directory inside data_dir
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    public_base_url: str | None = None  # default: the address the server listens on
+    fetch_allow: tuple[str, ...] = ()
+    internal_schemes: tuple[str, ...] = ("kb",)
+    max_body_bytes: int = 32 * 1024 * 1024
+    timemap_page_size: int = 1000
+    # "full": fsync every blob and its directory, SQLite synchronous=FULL. "relaxed" exists
+    # only so the benchmark can show what durability costs; never run production on it.
+    durability: str = "full"
+    fetch_timeout_seconds: float = 20.0
+    fetch_max_bytes: int = 20 * 1024 * 1024
+    fetch_max_redirects: int = 10
+    user_agent: str = "Amber/0.1 (+citation archive; Memento RFC 7089)"
+    idempotency_ttl_hours: int = 24
+    extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("full", "relaxed"):
+            raise ConfigurationError("AMBER_DURABILITY must be 'full' or 'relaxed'")
+        if self.max_body_bytes <= 0 or self.timemap_page_size <= 0:
+            raise ConfigurationError("size limits must be positive")
+        for entry in self.fetch_allow:
+            _validate_allow_entry(entry)
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'amber.sqlite3').resolve()}"
+
+    @property
+    def resolved_blob_store(self) -> str:
+        return self.blob_store or (self.data_dir / "blobs").resolve().as_uri()
+
+    @property
+    def durable(self) -> bool:
+        return self.durability == "full"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+    def describe(self) -> dict[str, str]:
+        """Settings as text with any password in a URL masked, for logs and ``amber config``."""
+        shown = {}
+        for f in fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            shown[f.name] = _mask_url(str(value)) if isinstance(value, str) else str(value)
+        shown["database_url"] = _mask_url(self.resolved_database_url)
+        shown["blob_store"] = self.resolved_blob_store
+        return shown
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        config_file = env.get(f"{ENV_PREFIX}CONFIG")
+        if config_file:
+            values.update(_read_config_file(Path(config_file)))
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and f.name != "extra":
+                values[f.name] = raw
+        return cls(**{name: _coerce(name, value) for name, value in values.items()})
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "extra":
+        return value
+    kind = _FIELD_TYPES.get(name)
+    if kind is None:
+        raise ConfigurationError(f"unknown setting {name!r}")
+    try:
+        if kind == "Path":
+            return Path(value)
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "tuple[str, ...]":
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(item.strip() for item in items if item.strip())
+        if kind == "str | None":
+            return str(value) or None
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"setting {name!r} has an invalid value") from exc
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"cannot read config file {path}: {exc}") from exc
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    sections = {k: v for k, v in data.items() if isinstance(v, dict)}
+    if sections:
+        flat["extra"] = sections
+    return flat
+
+
+def _validate_allow_entry(entry: str) -> None:
+    if "/" in entry:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ConfigurationError(f"AMBER_FETCH_ALLOW entry {entry!r} is not a CIDR") from exc
+
+
+def _mask_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.password is None:
+        return value
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))

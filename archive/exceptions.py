@@ -1,0 +1,105 @@
+"""Every error Amber raises on purpose.
+
+Verifiers raise; they never quietly return ``False``. The HTTP layer maps each class to one
+status code (see ``api/errors.py``), so the hierarchy below is also the error contract::
+
+    AmberError
+    ├── InvalidInput                  the caller sent something we refuse (4xx, nothing stored)
+    │   ├── InvalidURI                URI-R not absolute, unknown scheme, malformed
+    │   ├── InvalidDatetime           not RFC 3339 / RFC 1123, or in the future
+    │   ├── InvalidContent            bad base64, bad media type, empty where not allowed
+    │   ├── InvalidAddress            not ``blake3:<64 lowercase hex>``
+    │   └── PayloadTooLarge           over a configured size limit
+    ├── NotFound                      nothing there (or nothing this caller may see)
+    │   ├── MementoNotFound
+    │   ├── BlobNotFound
+    │   └── OriginalNotFound          no memento of this URI-R
+    ├── IdempotencyConflict           an Idempotency-Key reused for a different request
+    ├── IntegrityError                stored bytes no longer hash to their address: never served
+    ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
+    ├── FetchError                    an outbound fetch did not produce a document
+    │   ├── FetchRefused              the fetch guard refused the destination
+    │   └── FetchTooLarge             the response exceeded the size cap
+    └── ConfigurationError            settings that cannot work together
+"""
+
+from __future__ import annotations
+
+
+class AmberError(Exception):
+    """Base class. ``code`` is a stable machine-readable token for clients."""
+
+    code = "amber_error"
+
+    def __init__(self, message: str, **detail: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class InvalidInput(AmberError):
+    code = "invalid_input"
+
+
+class InvalidURI(InvalidInput):
+    code = "invalid_uri"
+
+
+class InvalidDatetime(InvalidInput):
+    code = "invalid_datetime"
+
+
+class InvalidContent(InvalidInput):
+    code = "invalid_content"
+
+
+class InvalidAddress(InvalidInput):
+    code = "invalid_address"
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "payload_too_large"
+
+
+class NotFound(AmberError):
+    code = "not_found"
+
+
+class MementoNotFound(NotFound):
+    code = "memento_not_found"
+
+
+class BlobNotFound(NotFound):
+    code = "blob_not_found"
+
+
+class OriginalNotFound(NotFound):
+    code = "original_not_found"
+
+
+class IdempotencyConflict(AmberError):
+    code = "idempotency_conflict"
+
+
+class IntegrityError(AmberError):
+    code = "integrity_error"
+
+
+class StorageError(AmberError):
+    code = "storage_unavailable"
+
+
+class FetchError(AmberError):
+    code = "fetch_failed"
+
+
+class FetchRefused(FetchError):
+    code = "fetch_refused"
+
+
+class FetchTooLarge(FetchError):
+    code = "fetch_too_large"
+
+
+class ConfigurationError(AmberError):
+    code = "configuration_error"

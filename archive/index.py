@@ -1,0 +1,347 @@
+"""The index: mementos and their bookkeeping, over SQLAlchemy Core.
+
+SQLite (embedded default) runs in WAL mode with a busy timeout; writes open with
+``BEGIN IMMEDIATE`` on a dedicated single-connection engine, so there is one writer at a time
+and it never deadlocks upgrading a read lock. PostgreSQL (production, several replicas)
+uses ``INSERT … ON CONFLICT DO NOTHING`` so concurrent replicas writing the same memento
+agree on one row. Both run the same queries and the same test suite.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    and_,
+    create_engine,
+    event,
+    func,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from archive.dates import utc_now
+from archive.exceptions import ConfigurationError, IdempotencyConflict
+from archive.mementos import CaptureFacts, Memento, Scope
+from archive.migrations import migrate
+from archive.schema import blobs, idempotency_keys, mementos, tenants
+
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """A chosen memento and the TimeGate's navigation around it (RFC 7089 §4.1)."""
+
+    chosen: Memento
+    first: Memento
+    last: Memento
+    prev: Memento | None
+    next: Memento | None
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """The first answer to an ``Idempotency-Key``, replayed for retries."""
+
+    request_hash: str
+    status_code: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    memento: Memento  # the row as stored (the existing one when created is False)
+    created: bool
+
+
+def _order_ascending() -> tuple[Any, ...]:
+    # The TimeMap order: datetime, then documents before passages, then id (Contracts).
+    return (mementos.c.captured_at.asc(), mementos.c.scope.asc(), mementos.c.id.asc())
+
+
+def _order_descending() -> tuple[Any, ...]:
+    return (mementos.c.captured_at.desc(), mementos.c.scope.desc(), mementos.c.id.desc())
+
+
+def _position() -> Any:
+    return tuple_(mementos.c.captured_at, mementos.c.scope, mementos.c.id)
+
+
+class Index:
+    def __init__(self, url: str, *, durable: bool = True) -> None:
+        self.url = _driver_url(url)
+        self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
+        if self.dialect == "sqlite":
+            if ":memory:" in self.url or self.url in ("sqlite://", "sqlite:///"):
+                raise ConfigurationError("the SQLite index needs a file (sqlite:///path)")
+            _make_parent_dir(self.url)
+            self._writer = _sqlite_engine(self.url, durable=durable, immediate=True)
+            self._reader = _sqlite_engine(self.url, durable=durable, immediate=False)
+        elif self.dialect == "postgresql":
+            self._writer = create_engine(self.url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+            self._reader = create_engine(self.url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        else:
+            raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
+        migrate(self._writer)
+
+    def close(self) -> None:
+        self._writer.dispose()
+        self._reader.dispose()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self._writer.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self._reader.connect() as connection:
+            yield connection
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def insert_mementos(self, connection: Connection, batch: Sequence[Memento]) -> list[WriteOutcome]:
+        """Insert what is new; report existing rows. Call inside :meth:`write`."""
+        if not batch:
+            return []
+        self._ensure_tenants(connection, {m.tenant for m in batch})
+        self._insert_ignoring(
+            connection,
+            blobs,
+            [
+                {"address": m.content_hash, "size": m.size, "version_id": m.blob_version_id,
+                 "stored_at": m.archived_at}
+                for m in batch
+            ],
+            conflict=["address"],
+        )
+        unique = {m.id: m for m in batch}
+        inserted = self._insert_ignoring(
+            connection, mementos, [_memento_row(m) for m in unique.values()],
+            conflict=["id"], returning=mementos.c.id,
+        )
+        existing = {
+            m.id: m for m in self._load(connection, mementos.c.id.in_(list(unique)))
+        }
+        outcomes, first_seen = [], set()
+        for m in batch:
+            created = m.id in inserted and m.id not in first_seen
+            first_seen.add(m.id)
+            outcomes.append(WriteOutcome(memento=existing[m.id], created=created))
+        return outcomes
+
+    def remember_response(
+        self, connection: Connection, tenant: str, key: str, response: StoredResponse,
+        now: datetime,
+    ) -> StoredResponse:
+        """Record the first answer for ``key``; if one exists already, return that one."""
+        self._insert_ignoring(
+            connection,
+            idempotency_keys,
+            [{"tenant": tenant, "key": key, "request_hash": response.request_hash,
+              "status_code": response.status_code,
+              "response_json": json.dumps(response.body, separators=(",", ":")),
+              "created_at": now}],
+            conflict=["tenant", "key"],
+        )
+        stored = self._stored_response(connection, tenant, key)
+        assert stored is not None  # inserted or already there, inside this transaction
+        return stored
+
+    def _ensure_tenants(self, connection: Connection, names: set[str]) -> None:
+        self._insert_ignoring(
+            connection, tenants, [{"id": n, "created_at": utc_now()} for n in sorted(names)],
+            conflict=["id"],
+        )
+
+    def _insert_ignoring(
+        self, connection: Connection, table: Any, rows: list[dict[str, Any]], *,
+        conflict: list[str], returning: Any = None,
+    ) -> set[Any]:
+        if not rows:
+            return set()
+        dialect_insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        statement = dialect_insert(table).on_conflict_do_nothing(index_elements=conflict)
+        if returning is None:
+            connection.execute(statement, rows)
+            return set()
+        # executemany with RETURNING is not portable; one statement per row keeps it simple
+        # and the rows share the transaction, so the batch still commits once.
+        found = set()
+        for row in rows:
+            result = connection.execute(statement.values(**row).returning(returning))
+            found.update(result.scalars().all())
+        return found
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get_memento(self, tenant: str, memento_id: str) -> Memento | None:
+        with self.read() as connection:
+            found = self._load(
+                connection, and_(mementos.c.tenant == tenant, mementos.c.id == memento_id)
+            )
+        return found[0] if found else None
+
+    def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
+        with self.read() as connection:
+            return self._stored_response(connection, tenant, key)
+
+    def check_idempotency(self, tenant: str, key: str, request_hash: str) -> StoredResponse | None:
+        stored = self.stored_response(tenant, key)
+        if stored is not None and stored.request_hash != request_hash:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used for a different request"
+            )
+        return stored
+
+    def neighbours(self, tenant: str, urir_key: str, target: datetime | None) -> Neighbours | None:
+        """Choose the memento nearest ``target`` (latest when None) and its neighbours."""
+        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        with self.read() as connection:
+            first = self._one(connection, same, _order_ascending())
+            if first is None:
+                return None
+            last = self._one(connection, same, _order_descending())
+            assert last is not None
+            if target is None:
+                chosen = self._first_at(connection, same, last.captured_at)
+            else:
+                chosen = self._nearest(connection, same, target, first, last)
+            at = (chosen.captured_at, chosen.scope.value, chosen.id)
+            prev = self._one(connection, and_(same, _position() < at), _order_descending())
+            nxt = self._one(connection, and_(same, _position() > at), _order_ascending())
+        return Neighbours(chosen=chosen, first=first, last=last, prev=prev, next=nxt)
+
+    def list_mementos(
+        self, tenant: str, urir_key: str, *, offset: int, limit: int
+    ) -> list[Memento]:
+        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        with self.read() as connection:
+            query = (
+                select(mementos).where(same).order_by(*_order_ascending()).offset(offset).limit(limit)
+            )
+            return [_memento_from(row) for row in connection.execute(query)]
+
+    def count_mementos(self, tenant: str, urir_key: str) -> int:
+        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        with self.read() as connection:
+            return int(connection.execute(select(func.count()).where(same)).scalar_one())
+
+    def all_memento_blobs(self) -> list[tuple[str, str, str | None]]:
+        """(memento id, content hash, version id) for every memento: for integrity checks."""
+        with self.read() as connection:
+            rows = connection.execute(
+                select(mementos.c.id, mementos.c.content_hash, mementos.c.blob_version_id)
+            )
+            return [(r.id, r.content_hash, r.blob_version_id) for r in rows]
+
+    def _nearest(
+        self, connection: Connection, same: Any, target: datetime, first: Memento, last: Memento
+    ) -> Memento:
+        if target <= first.captured_at:
+            return first
+        if target >= last.captured_at:
+            # Several mementos may share the last datetime: take the first of them in order.
+            return self._first_at(connection, same, last.captured_at)
+        before = self._one(connection, and_(same, mementos.c.captured_at <= target), _order_descending())
+        after = self._one(connection, and_(same, mementos.c.captured_at > target), _order_ascending())
+        assert before is not None and after is not None
+        if after.captured_at - target < target - before.captured_at:
+            return after
+        return self._first_at(connection, same, before.captured_at)
+
+    def _first_at(self, connection: Connection, same: Any, moment: datetime) -> Memento:
+        found = self._one(connection, and_(same, mementos.c.captured_at == moment), _order_ascending())
+        assert found is not None
+        return found
+
+    def _one(self, connection: Connection, where: Any, order: tuple[Any, ...]) -> Memento | None:
+        row = connection.execute(select(mementos).where(where).order_by(*order).limit(1)).first()
+        return _memento_from(row) if row else None
+
+    def _load(self, connection: Connection, where: Any) -> list[Memento]:
+        return [_memento_from(row) for row in connection.execute(select(mementos).where(where))]
+
+    def _stored_response(self, connection: Connection, tenant: str, key: str) -> StoredResponse | None:
+        row = connection.execute(
+            select(idempotency_keys).where(
+                idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key
+            )
+        ).first()
+        if row is None:
+            return None
+        return StoredResponse(
+            request_hash=row.request_hash, status_code=row.status_code,
+            body=json.loads(row.response_json),
+        )
+
+
+def _driver_url(url: str) -> str:
+    # Plain postgresql:// in AMBER_DATABASE_URL means psycopg 3, the driver we ship.
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _make_parent_dir(url: str) -> None:
+    path = url.split("///", 1)[1].split("?", 1)[0]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
+    if immediate:
+        # One connection, one writer: BEGIN IMMEDIATE takes the write lock up front.
+        engine = create_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+    else:
+        engine = create_engine(url, pool_size=8, max_overflow=8)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def _memento_row(m: Memento) -> dict[str, Any]:
+    return {
+        "id": m.id, "tenant": m.tenant, "uri_r": m.uri_r, "urir_key": m.urir_key,
+        "captured_at": m.captured_at, "archived_at": m.archived_at,
+        "content_hash": m.content_hash, "blob_version_id": m.blob_version_id,
+        "media_type": m.media_type, "size": m.size, "scope": m.scope.value,
+        "tool": m.facts.tool, "final_url": m.facts.final_url,
+        "http_status": m.facts.http_status, "headers_json": m.facts.headers_json(),
+    }
+
+
+def _memento_from(row: Row[Any]) -> Memento:
+    return Memento(
+        id=row.id, tenant=row.tenant, uri_r=row.uri_r, urir_key=row.urir_key,
+        captured_at=row.captured_at, archived_at=row.archived_at,
+        content_hash=row.content_hash, blob_version_id=row.blob_version_id,
+        media_type=row.media_type, size=row.size, scope=Scope(row.scope),
+        facts=CaptureFacts(
+            tool=row.tool, final_url=row.final_url, http_status=row.http_status,
+            headers=json.loads(row.headers_json),
+        ),
+    )

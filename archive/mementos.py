@@ -1,0 +1,116 @@
+"""Mementos: one captured representation of a URI-R at a Memento-Datetime.
+
+A memento is immutable once written. Its id is derived, not allocated (DESIGN.md
+"Contracts"): BLAKE3 over tenant, lookup key, Memento-Datetime and content hash, so the same
+capture written twice is the same memento, and no two tenants can ever share an id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import blake3
+
+from archive.dates import to_rfc3339
+from archive.exceptions import InvalidAddress, InvalidContent
+
+ID_LENGTH = 32  # hex characters: 128 bits
+_ID = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
+_MEDIA_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]{0,126}"
+    r"(\s*;\s*[A-Za-z0-9!#$&^_.+\-]+=(\"[^\"\\\x00-\x1f\x7f]*\"|[A-Za-z0-9!#$&^_.+\-]+))*"
+)
+# Response headers worth keeping as capture facts: they identify the representation and
+# make conditional re-fetches (drift) possible. Anything else is dropped, not stored.
+KEPT_HEADERS = frozenset(
+    {
+        "content-type", "content-language", "content-location", "content-length",
+        "etag", "last-modified", "date", "cache-control", "expires", "link",
+        "memento-datetime", "x-robots-tag", "content-disposition",
+    }
+)
+MAX_HEADER_VALUE = 2048
+
+
+class Scope(StrEnum):
+    DOCUMENT = "document"
+    PASSAGE = "passage"
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What the capturing tool reports about the fetch. Claims, recorded as such."""
+
+    tool: str | None = None
+    final_url: str | None = None
+    http_status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def headers_json(self) -> str:
+        return json.dumps(dict(sorted(self.headers.items())), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Memento:
+    id: str
+    tenant: str
+    uri_r: str
+    urir_key: str
+    captured_at: datetime  # the Memento-Datetime: the client's claim of when it fetched
+    archived_at: datetime  # server receipt time; grace periods count from here
+    content_hash: str
+    blob_version_id: str | None
+    media_type: str
+    size: int
+    scope: Scope
+    facts: CaptureFacts
+
+    def same_capture_as(self, other: Memento) -> bool:
+        """True when ``other`` records the same capture (``archived_at`` aside)."""
+        return (
+            self.id == other.id
+            and self.uri_r == other.uri_r
+            and self.media_type == other.media_type
+            and self.scope == other.scope
+            and self.facts.tool == other.facts.tool
+            and self.facts.final_url == other.facts.final_url
+            and self.facts.http_status == other.facts.http_status
+            and dict(self.facts.headers) == dict(other.facts.headers)
+        )
+
+
+def memento_id(tenant: str, urir_key: str, captured_at: datetime, content_hash: str) -> str:
+    material = "\n".join((tenant, urir_key, to_rfc3339(captured_at), content_hash))
+    return blake3.blake3(material.encode("utf-8")).hexdigest()[:ID_LENGTH]
+
+
+def check_memento_id(value: str) -> str:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise InvalidAddress(f"memento id must be {ID_LENGTH} lowercase hex characters")
+    return value
+
+
+def check_media_type(value: str) -> str:
+    """Refuse anything that is not a plain ``type/subtype; k=v`` (it is echoed in headers)."""
+    if not isinstance(value, str) or len(value) > 255 or not _MEDIA_TYPE.fullmatch(value.strip()):
+        raise InvalidContent("content_type must be a media type such as 'text/html; charset=utf-8'")
+    return value.strip()
+
+
+def select_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Keep the capture-relevant headers, lower-cased, with values that are safe to store."""
+    kept = {}
+    for name, value in headers.items():
+        lname = str(name).lower()
+        if lname not in KEPT_HEADERS:
+            continue
+        text = str(value)
+        if len(text) > MAX_HEADER_VALUE or any(ord(c) < 0x20 and c != "\t" for c in text):
+            raise InvalidContent(f"capture header {lname!r} is too long or has control characters")
+        kept[lname] = text
+    return kept

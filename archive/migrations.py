@@ -1,0 +1,131 @@
+"""Versioned, forward-only schema migrations for SQLite and PostgreSQL.
+
+Each migration is a numbered list of portable DDL statements, frozen once released: a new
+need is a new migration, never an edit. ``migrate`` applies the missing ones in order, each
+in its own transaction together with its ``schema_migrations`` row, so a crash mid-way
+leaves the database at a well-defined version. On PostgreSQL an advisory lock serialises
+replicas that start at the same moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, insert, inspect, select, text
+
+from archive.dates import utc_now
+from archive.schema import schema_migrations
+
+_ADVISORY_LOCK_KEY = 0x616D626572  # "amber"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "tenants, blobs, mementos, idempotency keys",
+        (
+            """CREATE TABLE tenants (
+                id TEXT PRIMARY KEY,
+                created_at TIMESTAMP NOT NULL
+            )""",
+            """CREATE TABLE blobs (
+                address TEXT PRIMARY KEY,
+                size BIGINT NOT NULL,
+                version_id TEXT,
+                stored_at TIMESTAMP NOT NULL
+            )""",
+            """CREATE TABLE mementos (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL REFERENCES tenants (id),
+                uri_r TEXT NOT NULL,
+                urir_key TEXT NOT NULL,
+                captured_at TIMESTAMP NOT NULL,
+                archived_at TIMESTAMP NOT NULL,
+                content_hash TEXT NOT NULL REFERENCES blobs (address),
+                blob_version_id TEXT,
+                media_type TEXT NOT NULL,
+                size BIGINT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('document', 'passage')),
+                tool TEXT,
+                final_url TEXT,
+                http_status INTEGER,
+                headers_json TEXT NOT NULL
+            )""",
+            "CREATE INDEX mementos_by_original ON mementos (tenant, urir_key, captured_at, scope, id)",
+            "CREATE INDEX mementos_by_blob ON mementos (content_hash)",
+            """CREATE TABLE idempotency_keys (
+                tenant TEXT NOT NULL,
+                key TEXT NOT NULL,
+                request_hash TEXT NOT NULL,
+                status_code INTEGER NOT NULL,
+                response_json TEXT NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (tenant, key)
+            )""",
+            "INSERT INTO tenants (id, created_at) VALUES ('default', CURRENT_TIMESTAMP)",
+        ),
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(connection: Connection) -> int:
+    if not inspect(connection).has_table("schema_migrations"):
+        return 0
+    versions = connection.execute(select(schema_migrations.c.version)).scalars().all()
+    return max(versions, default=0)
+
+
+def migrate(engine: Engine) -> list[int]:
+    """Bring the schema to ``LATEST_VERSION``; return the versions applied now."""
+    applied: list[int] = []
+    with engine.connect() as connection:
+        postgres = connection.dialect.name == "postgresql"
+        if postgres:
+            connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK_KEY})
+            connection.commit()
+        try:
+            _ensure_bookkeeping(connection)
+            for migration in MIGRATIONS:
+                if _apply(connection, migration):
+                    applied.append(migration.version)
+        finally:
+            if postgres:
+                connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK_KEY})
+                connection.commit()
+    return applied
+
+
+def _ensure_bookkeeping(connection: Connection) -> None:
+    with connection.begin():
+        connection.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version INTEGER PRIMARY KEY, description TEXT NOT NULL,"
+                " applied_at TIMESTAMP NOT NULL)"
+            )
+        )
+
+
+def _apply(connection: Connection, migration: Migration) -> bool:
+    with connection.begin():
+        if migration.version <= current_version(connection):
+            return False
+        for statement in migration.statements:
+            connection.execute(text(statement))
+        connection.execute(
+            insert(schema_migrations).values(
+                version=migration.version,
+                description=migration.description,
+                applied_at=utc_now(),
+            )
+        )
+    return True

@@ -1,0 +1,92 @@
+"""The index's tables as SQLAlchemy Core objects, matching the latest migration.
+
+Migrations (``archive/migrations.py``) own the DDL; this module only describes the current
+shape so queries can be written in Core. Datetimes are stored as naive UTC and handed out
+as aware UTC (the ``UTCDateTime`` type), identically on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, Table, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the index")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite hands back text for raw-DDL TIMESTAMP columns
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC)
+
+
+metadata = MetaData()
+
+schema_migrations = Table(
+    "schema_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("description", Text, nullable=False),
+    Column("applied_at", UTCDateTime, nullable=False),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("address", Text, primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("version_id", Text),
+    Column("stored_at", UTCDateTime, nullable=False),
+)
+
+mementos = Table(
+    "mementos",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("uri_r", Text, nullable=False),
+    Column("urir_key", Text, nullable=False),
+    Column("captured_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("blob_version_id", Text),
+    Column("media_type", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("tool", Text),
+    Column("final_url", Text),
+    Column("http_status", Integer),
+    Column("headers_json", Text, nullable=False),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("request_hash", Text, nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("response_json", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
