@@ -1,0 +1,1 @@
+"""Amber's HTTP edge: the FastAPI app (``api.app``), the client (``api.client``) and the CLI."""

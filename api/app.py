@@ -1,0 +1,61 @@
+"""The FastAPI application: thin routes over :class:`archive.archive.Archive`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from archive import __version__
+from archive.archive import Archive
+from archive.config import Settings
+
+from api import errors, mementos, timetravel
+from api.middleware import BodySizeLimit
+from api.urls import Urls
+
+DESCRIPTION = """
+Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos served with
+the Memento protocol (RFC 7089). URI-Rs travel raw at the end of TimeGate and TimeMap paths,
+query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<URI-R>`).
+"""
+
+
+def create_app(settings: Settings | None = None, archive: Archive | None = None) -> FastAPI:
+    """Build the app. ``archive`` may be given (tests); otherwise it is opened at startup."""
+    settings = settings or Settings.from_env()
+    base_url = settings.public_base_url or "http://127.0.0.1:8000"
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = archive is None
+        app.state.archive = archive or Archive.open(settings)
+        try:
+            yield
+        finally:
+            if owned:
+                app.state.archive.close()
+
+    app = FastAPI(
+        title="Amber",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.urls = Urls(base_url)
+    if archive is not None:
+        app.state.archive = archive
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(mementos.router)
+    app.include_router(timetravel.router)
+
+    @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    logging.getLogger("amber").setLevel(logging.INFO)
+    return app

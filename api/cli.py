@@ -1,0 +1,214 @@
+"""The ``amber`` command: thin wrappers over ``archive`` (parse, call, render)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from archive import __version__
+from archive.archive import Archive, MementoRequest
+from archive.config import Settings
+from archive.dates import to_rfc3339
+from archive.exceptions import AmberError
+from archive.index import DEFAULT_TENANT
+from archive.mementos import CaptureFacts, Memento
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _memento_summary(memento: Memento, base_url: str) -> dict[str, Any]:
+    from api.urls import Urls
+
+    urls = Urls(base_url)
+    return {
+        "id": memento.id,
+        "uri_r": memento.uri_r,
+        "uri_m": urls.memento(memento.id),
+        "memento_datetime": to_rfc3339(memento.captured_at),
+        "archived_at": to_rfc3339(memento.archived_at),
+        "content_hash": memento.content_hash,
+        "content_type": memento.media_type,
+        "size": memento.size,
+        "scope": memento.scope.value,
+        "tool": memento.facts.tool,
+        "final_url": memento.facts.final_url,
+        "http_status": memento.facts.http_status,
+    }
+
+
+def _base_url(settings: Settings) -> str:
+    return settings.public_base_url or "http://127.0.0.1:8000"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="amber")
+def main() -> None:
+    """Amber: a content-addressed archive of what AI agents cite (Memento, RFC 7089).
+
+    Configuration comes from AMBER_* environment variables (see `amber config`). With none
+    set, everything lives in ./amber-data (blobs + SQLite), no server to install.
+    """
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
+@click.option("--workers", default=1, show_default=True, type=int,
+              help="Worker processes (PostgreSQL only; SQLite wants one writer).")
+def serve(host: str, port: int, workers: int) -> None:
+    """Start the HTTP API.
+
+    Example: amber serve --host 127.0.0.1 --port 8000
+    """
+    import os
+
+    import uvicorn
+
+    settings = _settings()
+    if settings.public_base_url is None:
+        shown_host = f"[{host}]" if ":" in host else host
+        os.environ["AMBER_PUBLIC_BASE_URL"] = f"http://{shown_host}:{port}"
+    if workers > 1 and settings.resolved_database_url.startswith("sqlite"):
+        raise click.ClickException("--workers > 1 needs PostgreSQL (AMBER_DATABASE_URL)")
+    click.echo(f"Amber {__version__}: blobs {settings.resolved_blob_store}", err=True)
+    uvicorn.run(
+        "api.app:create_app", factory=True, host=host, port=port, workers=workers,
+        log_level="info", access_log=False, timeout_graceful_shutdown=10,
+    )
+
+
+@main.command()
+@click.argument("url")
+@click.option("--tool", default="amber.capture", show_default=True, help="Recorded capturing tool.")
+@click.option("--json", "as_json", is_flag=True, help="Print the memento as JSON.")
+def capture(url: str, tool: str, as_json: bool) -> None:
+    """Fetch URL (through the fetch guard) and store it as a document memento.
+
+    Prints the URI-M.  Example: amber capture https://example.org/
+    """
+    from archive.fetch import fetch
+
+    settings = _settings()
+    archive = Archive.open(settings)
+    try:
+        document = fetch(url, settings)
+        result = archive.write_memento(
+            MementoRequest(
+                uri_r=url,
+                content=document.body,
+                content_type=document.content_type or "application/octet-stream",
+                captured_at=document.fetched_at,
+                facts=CaptureFacts(
+                    tool=tool,
+                    final_url=document.final_url,
+                    http_status=document.status,
+                    headers=dict(document.headers),
+                ),
+            )
+        )
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
+    finally:
+        archive.close()
+    summary = _memento_summary(result.memento, _base_url(settings))
+    if as_json:
+        _echo_json(summary)
+    else:
+        click.echo(summary["uri_m"])
+
+
+@main.command()
+@click.argument("url")
+@click.option("--tenant", default=DEFAULT_TENANT, show_default=True)
+def timemap(url: str, tenant: str) -> None:
+    """List every memento of URL (its TimeMap), oldest first, as JSON lines.
+
+    Example: amber timemap 'https://example.org/a?b=1'
+    """
+    settings = _settings()
+    archive = Archive.open(settings)
+    try:
+        page = 1
+        while True:
+            found = archive.timemap(tenant, url, page)
+            for memento in found.mementos:
+                click.echo(json.dumps(_memento_summary(memento, _base_url(settings))))
+            if page >= found.pages:
+                break
+            page += 1
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
+    finally:
+        archive.close()
+
+
+@main.command()
+@click.argument("memento_id")
+@click.option("--tenant", default=DEFAULT_TENANT, show_default=True)
+@click.option("--content", is_flag=True, help="Write the verified bytes to stdout instead.")
+def show(memento_id: str, tenant: str, content: bool) -> None:
+    """Show one memento's metadata (or, with --content, its verified bytes).
+
+    Example: amber show 3f2a…  (the id from a URI-M or `amber timemap`)
+    """
+    settings = _settings()
+    archive = Archive.open(settings)
+    try:
+        memento = archive.get_memento(tenant, memento_id)
+        if content:
+            sys.stdout.buffer.write(archive.read_content(memento))
+            return
+        _echo_json(_memento_summary(memento, _base_url(settings)))
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
+    finally:
+        archive.close()
+
+
+@main.command()
+def verify() -> None:
+    """Re-hash every memento's blob; exit 1 if any is missing or corrupt.
+
+    Example: amber verify
+    """
+    settings = _settings()
+    archive = Archive.open(settings)
+    bad = 0
+    try:
+        entries = archive.index.all_memento_blobs()
+        for memento_id, address, version_id in entries:
+            try:
+                archive.blobs.get(address, version_id)
+            except AmberError as error:
+                bad += 1
+                click.echo(f"{memento_id} {address}: {error.code}", err=True)
+    finally:
+        archive.close()
+    click.echo(f"{len(entries)} mementos checked, {bad} failed")
+    if bad:
+        raise SystemExit(1)
+
+
+@main.command("config")
+def show_config() -> None:
+    """Print the effective configuration (secrets masked).
+
+    Example: AMBER_DATA_DIR=/srv/amber amber config
+    """
+    _echo_json(_settings().describe())
+
+
+if __name__ == "__main__":
+    main()

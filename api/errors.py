@@ -1,0 +1,89 @@
+"""Map library exceptions to HTTP answers: one status per class, one JSON body shape.
+
+Body: ``{"error": {"code": …, "message": …, "detail": {…}}}``. Nothing here ever echoes the
+request body or captured text back: validation errors are stripped of their ``input``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from archive import exceptions as exc
+
+log = logging.getLogger("amber.api")
+
+STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
+    (exc.PayloadTooLarge, 413),
+    (exc.InvalidInput, 400),
+    (exc.NotFound, 404),
+    (exc.IdempotencyConflict, 409),
+    (exc.FetchRefused, 403),
+    (exc.FetchError, 502),
+    (exc.StorageError, 503),
+    (exc.IntegrityError, 500),
+    (exc.ConfigurationError, 500),
+)
+
+
+def error_body(code: str, message: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "detail": detail or {}}}
+
+
+def status_for(error: exc.AmberError) -> int:
+    for kind, status in STATUS_BY_ERROR:
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+async def _amber_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, exc.AmberError)
+    status = status_for(error)
+    if status >= 500:
+        # Codes and addresses only: detail never holds captured text.
+        log.error("%s on %s %s: %s", error.code, request.method, request.url.path, error.message)
+    headers = {"Retry-After": "5"} if isinstance(error, exc.StorageError) else None
+    detail = {k: v for k, v in error.detail.items() if isinstance(v, str | int | float | bool)}
+    return JSONResponse(error_body(error.code, error.message, detail), status, headers=headers)
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = [
+        {"loc": list(item.get("loc", ())), "msg": item.get("msg", ""), "type": item.get("type", "")}
+        for item in error.errors()
+    ]
+    if any(p["type"] == "json_invalid" for p in problems):
+        return JSONResponse(error_body("malformed_json", "request body is not valid JSON"), 400)
+    return JSONResponse(
+        error_body("invalid_request", "request does not match the schema", {"problems": problems}),
+        422,
+    )
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+        error.status_code, "http_error"
+    )
+    return JSONResponse(
+        error_body(code, str(error.detail)), error.status_code, headers=error.headers
+    )
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("internal_error", "internal error"), 500)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(exc.AmberError, _amber_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,198 @@
+"""Writing mementos, their metadata, and the URI-M itself (the captured bytes)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from archive.archive import Archive, MementoRequest
+from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
+from archive.exceptions import InvalidContent, InvalidInput
+from archive.hashing import content_address
+from archive.links import link, link_header
+from archive.mementos import CaptureFacts, Memento, Scope
+
+from api.deps import get_archive, get_tenant, get_urls
+from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut
+from api.urls import MEMENTO_PREFIX, Urls
+
+router = APIRouter()
+
+# Evidence is tenant-private and can expire (retention), so shared caches must not keep it
+# and browsers only briefly.
+CACHE_CONTROL = "private, max-age=300"
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def render_memento(memento: Memento, urls: Urls) -> MementoOut:
+    return MementoOut(
+        id=memento.id,
+        uri_r=memento.uri_r,
+        uri_m=urls.memento(memento.id),
+        memento_datetime=to_rfc3339(memento.captured_at),
+        archived_at=to_rfc3339(memento.archived_at),
+        content_hash=memento.content_hash,
+        content_type=memento.media_type,
+        size=memento.size,
+        scope=memento.scope.value,
+        capture=CaptureFactsOut(
+            tool=memento.facts.tool,
+            final_url=memento.facts.final_url,
+            http_status=memento.facts.http_status,
+            headers=dict(memento.facts.headers),
+        ),
+        timegate=urls.timegate(memento.uri_r),
+        timemap=urls.timemap_link(memento.uri_r),
+        timemap_json=urls.timemap_json(memento.uri_r),
+    )
+
+
+def _decode_content(body: MementoIn) -> bytes:
+    if body.content_base64 is not None:
+        try:
+            return base64.b64decode(body.content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidContent("content_base64 is not valid base64") from None
+    assert body.content is not None
+    try:
+        return body.content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidContent("content is not valid Unicode text (lone surrogates)") from None
+
+
+def _memento_request(body: MementoIn) -> MementoRequest:
+    return MementoRequest(
+        uri_r=body.uri_r,
+        content=_decode_content(body),
+        content_type=body.content_type,
+        captured_at=parse_rfc3339(body.captured_at) if body.captured_at is not None else None,
+        scope=Scope(body.scope),
+        facts=CaptureFacts(
+            tool=body.tool,
+            final_url=body.final_url,
+            http_status=body.http_status,
+            headers=body.headers,
+        ),
+    )
+
+
+@router.post(
+    "/api/v1/mementos",
+    response_model=MementoOut,
+    status_code=201,
+    responses={200: {"model": MementoOut, "description": "Already stored: the same memento."},
+               409: ERROR_RESPONSES[400] | {"description": "Idempotency-Key reused or facts differ."},
+               **ERROR_RESPONSES},
+    summary="Write a memento",
+)
+async def create_memento(
+    body: MementoIn,
+    request: Request,
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+    tenant: Annotated[str, Depends(get_tenant)],
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JSONResponse:
+    """Store a captured document (or passage). 201 when new, 200 with the same body when
+    this exact capture was already stored. With ``Idempotency-Key``, a retried request
+    returns the first answer instead of writing again."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
+    memento_request = _memento_request(body)
+    request_hash = content_address(await request.body()) if idempotency_key else None
+    result = await run_in_threadpool(
+        archive.write_memento,
+        memento_request,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    rendered = render_memento(result.memento, urls)
+    return JSONResponse(
+        rendered.model_dump(mode="json"),
+        status_code=201 if result.created else 200,
+        headers={"Location": rendered.uri_m},
+    )
+
+
+@router.api_route(
+    "/api/v1/mementos/{memento_id}",
+    methods=["GET", "HEAD"],
+    response_model=MementoOut,
+    responses=ERROR_RESPONSES,
+    summary="A memento's metadata",
+)
+def memento_metadata(
+    memento_id: str,
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+    tenant: Annotated[str, Depends(get_tenant)],
+) -> MementoOut:
+    return render_memento(archive.get_memento(tenant, memento_id), urls)
+
+
+def memento_headers(memento: Memento, urls: Urls) -> dict[str, str]:
+    links = [
+        link(memento.uri_r, "original"),
+        link(urls.timegate(memento.uri_r), "timegate"),
+        link(urls.timemap_link(memento.uri_r), "timemap", type="application/link-format"),
+        link(urls.timemap_json(memento.uri_r), "timemap", type="application/json"),
+        link(urls.memento(memento.id), "memento", datetime=to_rfc1123(memento.captured_at)),
+    ]
+    return {
+        "Content-Type": memento.media_type,
+        "Memento-Datetime": to_rfc1123(memento.captured_at),
+        "Link": link_header(links),
+        "ETag": etag_for(memento.content_hash),
+        "Cache-Control": CACHE_CONTROL,
+        # Captured pages are untrusted: never let them run script on our origin.
+        "Content-Security-Policy": "sandbox",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+def etag_for(content_hash: str) -> str:
+    return '"' + content_hash.replace(":", "-") + '"'
+
+
+@router.api_route(
+    MEMENTO_PREFIX + "{memento_id}",
+    methods=["GET", "HEAD"],
+    response_class=Response,
+    responses={200: {"description": "The captured bytes, verified against their hash.",
+                     "content": {"*/*": {}}},
+               304: {"description": "Not modified (If-None-Match matched the ETag)."},
+               **ERROR_RESPONSES},
+    summary="A memento (URI-M): the captured bytes",
+)
+def memento_content(
+    memento_id: str,
+    request: Request,
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+    tenant: Annotated[str, Depends(get_tenant)],
+) -> Response:
+    memento = archive.get_memento(tenant, memento_id)
+    headers = memento_headers(memento, urls)
+    if _matches(request.headers.get("if-none-match"), headers["ETag"]):
+        headers.pop("Content-Type")
+        return Response(status_code=304, headers=headers)
+    if request.method == "HEAD":
+        # The bytes are still re-hashed: HEAD must not advertise evidence that fails to verify.
+        data = archive.read_content(memento)
+        headers["Content-Length"] = str(len(data))
+        return Response(status_code=200, headers=headers)
+    return Response(content=archive.read_content(memento), headers=headers)
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in candidates or etag in candidates
