@@ -8,13 +8,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from archive import __version__
-from archive.archive import Archive
-from archive.config import Settings
-
 from api import errors, mementos, timetravel
 from api.middleware import BodySizeLimit
 from api.urls import Urls
+from archive import __version__
+from archive.archive import Archive
+from archive.config import Settings
 
 DESCRIPTION = """
 Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos served with

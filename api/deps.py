@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from fastapi import APIRouter, Request
+
+from api.urls import Urls
 from archive.archive import Archive
 from archive.index import DEFAULT_TENANT
 
-from api.urls import Urls
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def get_archive(request: Request) -> Archive:
@@ -24,3 +28,19 @@ def get_tenant(request: Request) -> str:
     # Single-tenant until access control lands (issue "Access control"): every principal
     # belongs to the default tenant, and the index already scopes every query by tenant.
     return DEFAULT_TENANT
+
+
+def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], F]:
+    """Register a GET route and its HEAD twin with distinct OpenAPI operation ids.
+
+    FastAPI answers HEAD with 405 unless a route allows it, and one route listing both
+    methods would give both operations the same id in /openapi.json.
+    """
+
+    def register(endpoint: F) -> F:
+        name = endpoint.__name__
+        router.get(path, operation_id=name, **options)(endpoint)
+        router.head(path, operation_id=f"{name}_head", **options)(endpoint)
+        return endpoint
+
+    return register

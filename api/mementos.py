@@ -11,16 +11,15 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from api.deps import get_and_head, get_archive, get_tenant, get_urls
+from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut
+from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
 from archive.exceptions import InvalidContent, InvalidInput
 from archive.hashing import content_address
 from archive.links import link, link_header
 from archive.mementos import CaptureFacts, Memento, Scope
-
-from api.deps import get_archive, get_tenant, get_urls
-from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut
-from api.urls import MEMENTO_PREFIX, Urls
 
 router = APIRouter()
 
@@ -121,9 +120,9 @@ async def create_memento(
     )
 
 
-@router.api_route(
+@get_and_head(
+    router,
     "/api/v1/mementos/{memento_id}",
-    methods=["GET", "HEAD"],
     response_model=MementoOut,
     responses=ERROR_RESPONSES,
     summary="A memento's metadata",
@@ -161,9 +160,9 @@ def etag_for(content_hash: str) -> str:
     return '"' + content_hash.replace(":", "-") + '"'
 
 
-@router.api_route(
+@get_and_head(
+    router,
     MEMENTO_PREFIX + "{memento_id}",
-    methods=["GET", "HEAD"],
     response_class=Response,
     responses={200: {"description": "The captured bytes, verified against their hash.",
                      "content": {"*/*": {}}},

@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-
 class MementoIn(BaseModel):
     """A document (or passage) as the capturing tool received it."""
 

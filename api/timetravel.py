@@ -7,13 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from archive.archive import Archive, TimeMapPage
-from archive.dates import parse_rfc1123, to_rfc1123
-from archive.index import Neighbours
-from archive.links import Link, link, link_format, link_header
-from archive.mementos import Memento
-
-from api.deps import get_archive, get_tenant, get_urls
+from api.deps import get_and_head, get_archive, get_tenant, get_urls
 from api.models import (
     ERROR_RESPONSES,
     TimeMapBoundary,
@@ -25,6 +19,11 @@ from api.models import (
     TimeMapUris,
 )
 from api.urls import TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls, raw_uri_r
+from archive.archive import Archive, TimeMapPage
+from archive.dates import parse_rfc1123, to_rfc1123
+from archive.index import Neighbours
+from archive.links import Link, link, link_format, link_header
+from archive.mementos import Memento
 
 router = APIRouter()
 
@@ -68,9 +67,9 @@ def _rels(neighbours: Neighbours) -> list[tuple[Memento, str]]:
     return [(m, " ".join([*rels, "memento"])) for m, rels in ordered]
 
 
-@router.api_route(
+@get_and_head(
+    router,
     TIMEGATE_PREFIX + "{uri_r:path}",
-    methods=["GET", "HEAD"],
     status_code=302,
     response_class=Response,
     responses={302: {"description": "Redirect to the chosen memento (URI-M)."}, **ERROR_RESPONSES},
@@ -113,9 +112,9 @@ async def _timemap_page(request: Request, prefix: str, archive: Archive, tenant:
     return uri_r, found, bounds
 
 
-@router.api_route(
+@get_and_head(
+    router,
     TIMEMAP_LINK_PREFIX + "{uri_r:path}",
-    methods=["GET", "HEAD"],
     response_class=Response,
     responses={200: {"content": {"application/link-format": {}}}, **ERROR_RESPONSES},
     openapi_extra={"parameters": [_URI_R_PARAM]},
@@ -152,9 +151,9 @@ async def timemap_link(
     )
 
 
-@router.api_route(
+@get_and_head(
+    router,
     TIMEMAP_JSON_PREFIX + "{uri_r:path}",
-    methods=["GET", "HEAD"],
     response_model=TimeMapOut,
     responses=ERROR_RESPONSES,
     openapi_extra={"parameters": [_URI_R_PARAM]},
