@@ -178,7 +178,7 @@ class Index:
             return set()
         # executemany with RETURNING is not portable; one statement per row keeps it simple
         # and the rows share the transaction, so the batch still commits once.
-        found = set()
+        found: set[Any] = set()
         for row in rows:
             result = connection.execute(statement.values(**row).returning(returning))
             found.update(result.scalars().all())

@@ -1,0 +1,131 @@
+"""The index on SQLite and PostgreSQL: the same tests, both databases."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from archive.index import Index
+from archive.mementos import CaptureFacts, Memento, Scope, memento_id
+from archive.migrations import LATEST_VERSION, migrate
+from archive.schema import schema_migrations
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def make(tenant: str = "default", key: str = "https://ex.org/", at: datetime = T0,
+         content: str = "blake3:" + "a" * 64, scope: Scope = Scope.DOCUMENT) -> Memento:
+    return Memento(
+        id=memento_id(tenant, key, at, content), tenant=tenant, uri_r=key, urir_key=key,
+        captured_at=at, archived_at=datetime.now(UTC), content_hash=content,
+        blob_version_id=None, media_type="text/plain", size=1, scope=scope,
+        facts=CaptureFacts(tool="http.get", headers={"etag": '"x"'}),
+    )
+
+
+def content(n: int) -> str:
+    return "blake3:" + f"{n:064x}"
+
+
+def insert(index: Index, *mementos: Memento) -> list[bool]:
+    with index.write() as connection:
+        return [o.created for o in index.insert_mementos(connection, list(mementos))]
+
+
+def test_migrations_are_recorded_and_idempotent(database_url: str) -> None:
+    index = Index(database_url)
+    try:
+        assert migrate(index._writer) == []  # already at the latest version
+        with index.read() as connection:
+            versions = connection.execute(select(schema_migrations.c.version)).scalars().all()
+        assert versions == list(range(1, LATEST_VERSION + 1))
+    finally:
+        index.close()
+
+
+def test_insert_roundtrip_and_idempotence(database_url: str) -> None:
+    index = Index(database_url)
+    try:
+        memento = make()
+        assert insert(index, memento) == [True]
+        assert insert(index, memento) == [False]
+        assert insert(index, memento, memento) == [False, False]
+        stored = index.get_memento("default", memento.id)
+        assert stored is not None
+        assert stored.captured_at == T0
+        assert stored.captured_at.tzinfo is not None
+        assert stored.facts == memento.facts
+        assert stored.same_capture_as(memento)
+    finally:
+        index.close()
+
+
+def test_duplicates_within_one_batch_create_once(database_url: str) -> None:
+    index = Index(database_url)
+    try:
+        memento = make()
+        assert insert(index, memento, memento) == [True, False]
+    finally:
+        index.close()
+
+
+def test_tenants_never_see_each_other(database_url: str) -> None:
+    index = Index(database_url)
+    try:
+        mine, theirs = make(tenant="a"), make(tenant="b")
+        assert mine.id != theirs.id  # same URI-R, time and bytes: still distinct ids
+        insert(index, mine, theirs)
+        assert index.get_memento("a", theirs.id) is None
+        assert index.get_memento("b", theirs.id) is not None
+        assert index.count_mementos("a", "https://ex.org/") == 1
+        found = index.neighbours("a", "https://ex.org/", None)
+        assert found is not None and found.chosen.id == mine.id
+    finally:
+        index.close()
+
+
+def test_neighbours_and_ordering(database_url: str) -> None:
+    index = Index(database_url)
+    try:
+        days = [make(at=T0 + timedelta(days=d), content=content(d)) for d in (0, 10, 20)]
+        passage = make(at=T0 + timedelta(days=10), content=content(99), scope=Scope.PASSAGE)
+        insert(index, *days, passage)
+        mid = index.neighbours("default", "https://ex.org/", T0 + timedelta(days=9))
+        assert mid is not None
+        assert mid.chosen.id == days[1].id  # document preferred over the passage at day 10
+        assert mid.prev is not None and mid.prev.id == days[0].id
+        assert mid.next is not None and mid.next.id == passage.id
+        assert (mid.first.id, mid.last.id) == (days[0].id, days[2].id)
+        tie = index.neighbours("default", "https://ex.org/", T0 + timedelta(days=5))
+        assert tie is not None and tie.chosen.id == days[0].id  # equidistant → earlier
+        listed = index.list_mementos("default", "https://ex.org/", offset=0, limit=10)
+        assert [m.id for m in listed] == [days[0].id, days[1].id, passage.id, days[2].id]
+        assert index.neighbours("default", "https://other/", None) is None
+    finally:
+        index.close()
+
+
+def test_two_index_instances_writing_the_same_memento_agree(database_url: str) -> None:
+    """Two replicas (or two processes) racing on one memento: one row, one creator."""
+    first, second = Index(database_url), Index(database_url)
+    try:
+        memento = make()
+        results: list[bool] = []
+        barrier = threading.Barrier(2)
+
+        def write(index: Index) -> None:
+            barrier.wait()
+            results.extend(insert(index, memento))
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(results) == [False, True]
+        assert first.count_mementos("default", "https://ex.org/") == 1
+    finally:
+        first.close()
+        second.close()
