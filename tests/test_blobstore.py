@@ -1,0 +1,298 @@
+"""One suite for every blob store backend (local, moto, SeaweedFS): the interface contract."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures_s3 import S3Bucket, s3_settings_for
+
+from archive.blobstore import open_blob_store
+from archive.blobstore.local import LocalBlobStore
+from archive.blobstore.s3 import S3BlobStore
+from archive.exceptions import BlobNotFound, IntegrityError, InvalidAddress
+from archive.hashing import content_address
+
+UNKNOWN = "blake3:" + "0" * 64
+BAD_ADDRESSES = [
+    "blake3:../../etc",
+    "blake3:../../etc/passwd" + "a" * 40,
+    "blake3:" + "A" * 64,
+    "sha256:" + "a" * 64,
+    "blake3:" + "%2F" * 21 + "a",
+    "blake3:" + "a" * 63,
+    "blake3:" + "a" * 65,
+    "blake3:" + "a" * 64 + "\n",
+    "blake3:" + "a" * 62 + "/a",
+    "",
+]
+
+
+def corrupt(store: Any, address: str, replacement: bytes) -> None:
+    """Replace the stored bytes behind the store's back (no conditional write)."""
+    if isinstance(store, LocalBlobStore):
+        store.path_for(address).write_bytes(replacement)
+    else:
+        store.client.put_object(Bucket=store.bucket, Key=store.key_for(address), Body=replacement)
+
+
+# -- the contract, for every backend ----------------------------------------------------
+
+
+def test_put_returns_blake3_address_and_size(blob_store: Any) -> None:
+    data = b"<html>evidence</html>"
+    stored = blob_store.put(data)
+    assert stored.address == content_address(data)
+    assert stored.address.startswith("blake3:") and len(stored.address) == 7 + 64
+    assert stored.size == len(data)
+    assert stored.created is True
+
+
+def test_put_is_idempotent(blob_store: Any) -> None:
+    first = blob_store.put(b"same bytes")
+    second = blob_store.put(b"same bytes")
+    assert second.address == first.address
+    assert second.size == first.size
+    assert second.created is False
+    assert second.version_id == first.version_id  # the existing version, not a new one
+    assert list(blob_store.addresses()) == [first.address]
+
+
+def test_get_round_trips(blob_store: Any) -> None:
+    data = bytes(range(256)) * 17
+    stored = blob_store.put(data)
+    assert blob_store.get(stored.address) == data
+    assert blob_store.exists(stored.address)
+
+
+def test_large_blob_round_trips(blob_store: Any) -> None:
+    data = os.urandom(5 * 1024 * 1024 + 3)  # past the multithreaded-hash and chunk sizes
+    stored = blob_store.put(data)
+    assert blob_store.get(stored.address) == data
+
+
+def test_empty_blob(blob_store: Any) -> None:
+    stored = blob_store.put(b"")
+    assert stored.size == 0
+    assert blob_store.get(stored.address) == b""
+    assert blob_store.put(b"").created is False
+
+
+def test_get_unknown_raises_blob_not_found(blob_store: Any) -> None:
+    with pytest.raises(BlobNotFound):
+        blob_store.get(UNKNOWN)
+    assert blob_store.exists(UNKNOWN) is False
+
+
+@pytest.mark.parametrize("address", BAD_ADDRESSES)
+def test_malformed_addresses_are_refused(blob_store: Any, address: str) -> None:
+    for operation in (blob_store.get, blob_store.exists, blob_store.delete):
+        with pytest.raises(InvalidAddress):
+            operation(address)
+
+
+def test_corrupted_bytes_raise_integrity_error(blob_store: Any) -> None:
+    data = b"the original capture"
+    stored = blob_store.put(data)
+    corrupt(blob_store, stored.address, b"the tampered capture")
+    with pytest.raises(IntegrityError):
+        blob_store.get(stored.address)
+
+
+def test_truncated_stored_bytes_raise_integrity_error(blob_store: Any) -> None:
+    stored = blob_store.put(b"a longer original capture")
+    corrupt(blob_store, stored.address, b"a longer")
+    with pytest.raises(IntegrityError):
+        blob_store.get(stored.address)
+
+
+def test_delete_then_not_exists(blob_store: Any) -> None:
+    stored = blob_store.put(b"to be deleted")
+    blob_store.delete(stored.address)
+    assert blob_store.exists(stored.address) is False
+    with pytest.raises(BlobNotFound):
+        blob_store.get(stored.address)
+    assert list(blob_store.addresses()) == []
+    blob_store.delete(stored.address)  # deleting what is gone is not an error
+
+
+def test_put_after_delete_stores_again(blob_store: Any) -> None:
+    stored = blob_store.put(b"back again")
+    blob_store.delete(stored.address)
+    again = blob_store.put(b"back again")
+    assert again.created is True
+    assert blob_store.get(again.address) == b"back again"
+
+
+def test_addresses_lists_what_was_put(blob_store: Any) -> None:
+    expected = {blob_store.put(f"blob {i}".encode()).address for i in range(7)}
+    listed = list(blob_store.addresses())
+    assert len(listed) == len(expected)
+    assert set(listed) == expected
+
+
+def test_concurrent_puts_of_the_same_bytes(blob_store: Any) -> None:
+    data = b"everyone archives the same page at once" * 100
+    threads = 4  # SeaweedFS serialises conditional PUTs to one key (~1 s each): keep it small
+    barrier = threading.Barrier(threads)
+
+    def put() -> Any:
+        barrier.wait()
+        return blob_store.put(data)
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda _: put(), range(threads)))
+    assert {r.address for r in results} == {content_address(data)}
+    assert sum(r.created for r in results) >= 1
+    assert list(blob_store.addresses()) == [content_address(data)]
+    assert blob_store.get(content_address(data)) == data
+    if isinstance(blob_store, S3BlobStore):
+        assert len(_versions(blob_store, content_address(data))) == 1
+
+
+# -- local directory specifics ----------------------------------------------------------
+
+
+def _all_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_local_leaves_no_temp_files(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    for i in range(5):
+        store.put(f"blob {i}".encode())
+    store.put(b"blob 0")
+    assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
+    assert len(_all_files(tmp_path)) == 5
+
+
+def test_local_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    data = b"interrupted write"
+    address = content_address(data)
+    directory = store.path_for(address).parent
+    directory.mkdir(parents=True)
+    (directory / ".tmp-crashed").write_bytes(data[:5])  # what a crash mid-write leaves
+    assert list(store.addresses()) == []
+    assert store.exists(address) is False
+    stored = store.put(data)
+    assert stored.created is True
+    assert store.get(address) == data
+    assert list(store.addresses()) == [address]
+
+
+# -- S3 specifics -----------------------------------------------------------------------
+
+
+def _versions(store: S3BlobStore, address: str) -> list[dict[str, Any]]:
+    key = store.key_for(address)
+    listing = store.client.list_object_versions(Bucket=store.bucket, Prefix=key)
+    return [v for v in listing.get("Versions", []) if v["Key"] == key]
+
+
+@pytest.mark.parametrize("prefix", ["", "tenant-a", "deep/er/prefix/"])
+def test_s3_key_layout(s3_bucket: S3Bucket, prefix: str) -> None:
+    store = s3_bucket.store(prefix=prefix)
+    stored = store.put(b"layout")
+    digest = stored.address.removeprefix("blake3:")
+    base = prefix.strip("/")
+    expected = f"{base + '/' if base else ''}blobs/{digest[:2]}/{digest[2:4]}/{digest}"
+    keys = [o["Key"] for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]]
+    assert keys == [expected]
+
+
+def test_s3_put_sends_sha256_checksum(s3_bucket: S3Bucket) -> None:
+    store = s3_bucket.store()
+    seen: list[str | None] = []
+    store.client.meta.events.register(
+        "before-send.s3.PutObject",
+        lambda request, **_: seen.append(request.headers.get("x-amz-checksum-sha256")),
+    )
+    store.put(b"checked in transit")
+    assert seen and all(seen)
+
+
+def test_s3_addresses_ignores_foreign_keys_and_other_prefixes(s3_bucket: S3Bucket) -> None:
+    store = s3_bucket.store(prefix="mine")
+    other = s3_bucket.store(prefix="other")
+    stored = store.put(b"mine")
+    other.put(b"not mine")
+    digest = stored.address.removeprefix("blake3:")
+    for stray in ("mine/blobs/README", f"mine/blobs/00/00/{digest}", "mine/blobs/zz/zz/x"):
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=stray, Body=b"x")
+    assert list(store.addresses()) == [stored.address]
+
+
+def test_s3_addresses_paginates(moto_bucket: S3Bucket) -> None:
+    store = moto_bucket.store()
+    expected = {store.put(f"page {i}".encode()).address for i in range(5)}
+    calls: list[int] = []
+
+    def small_pages(params: dict[str, Any], **_: Any) -> None:
+        calls.append(1)
+        params["MaxKeys"] = 2
+
+    moto_bucket.client.meta.events.register("provide-client-params.s3.ListObjectsV2", small_pages)
+    assert set(store.addresses()) == expected
+    assert len(calls) == 3
+
+
+def test_s3_unversioned_bucket_has_no_version_ids(moto_bucket: S3Bucket) -> None:
+    stored = moto_bucket.store().put(b"plain")
+    assert stored.version_id is None
+
+
+@pytest.mark.seaweedfs
+def test_s3_versioned_bucket_records_and_uses_version_ids(seaweedfs_bucket: S3Bucket) -> None:
+    store = seaweedfs_bucket.store()
+    stored = store.put(b"versioned evidence")
+    assert stored.version_id
+    assert store.put(b"versioned evidence").version_id == stored.version_id
+
+    store.delete(stored.address)  # only a delete marker: the version survives
+    assert store.exists(stored.address) is False
+    assert store.get(stored.address, version_id=stored.version_id) == b"versioned evidence"
+
+    store.delete(stored.address, version_id=stored.version_id)  # gone for good
+    with pytest.raises(BlobNotFound):
+        store.get(stored.address, version_id=stored.version_id)
+    assert _versions(store, stored.address) == []
+
+
+@pytest.mark.seaweedfs
+def test_s3_get_verifies_the_requested_version(seaweedfs_bucket: S3Bucket) -> None:
+    store = seaweedfs_bucket.store()
+    stored = store.put(b"first version")
+    corrupt(store, stored.address, b"tampered later")
+    assert store.get(stored.address, version_id=stored.version_id) == b"first version"
+    with pytest.raises(IntegrityError):
+        store.get(stored.address)
+
+
+@pytest.mark.seaweedfs
+def test_open_blob_store_from_settings(seaweedfs_settings: Any, seaweedfs_bucket: S3Bucket) -> None:
+    store = open_blob_store(seaweedfs_settings)
+    try:
+        assert isinstance(store, S3BlobStore)
+        stored = store.put(b"configured by environment")
+        assert store.get(stored.address) == b"configured by environment"
+        assert store.key_for(stored.address).startswith("amber/blobs/")
+    finally:
+        store.close()
+
+
+def test_open_blob_store_from_settings_moto(
+    moto_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_blob_store(s3_settings_for(None, moto_bucket.name, monkeypatch, prefix=""))
+    try:
+        assert isinstance(store, S3BlobStore)
+        stored = store.put(b"no prefix")
+        assert store.key_for(stored.address).startswith("blobs/")
+        assert store.get(stored.address) == b"no prefix"
+    finally:
+        store.close()
