@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
 from archive.committer import GroupCommitter
 from archive.config import Settings
@@ -25,6 +26,7 @@ from archive.exceptions import (
 )
 from archive.hashing import content_address
 from archive.index import DEFAULT_TENANT, Index, Neighbours, StoredResponse, WriteOutcome
+from archive.keys import KeyRing, load_server_secret
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -85,6 +87,8 @@ class Archive:
         self.settings = settings
         self.blobs = blob_store
         self.index = index
+        self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
+        self.read_audit = ReadAudit(index)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch
         )
@@ -100,6 +104,7 @@ class Archive:
 
     def close(self) -> None:
         self._committer.close()
+        self.read_audit.close()
         self.index.close()
         self.blobs.close()
 

@@ -42,6 +42,11 @@ class Settings:
     fetch_max_redirects: int = 10
     user_agent: str = "Amber/0.1 (+citation archive; Memento RFC 7089)"
     idempotency_ttl_hours: int = 24
+    key_secret: str | None = None  # HMAC key for API keys; default: <data_dir>/key-secret
+    rate_limit_per_second: float = 100.0  # per API key; 0 turns the limit off
+    rate_limit_burst: int = 200
+    s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
+    s3_sse_kms_key_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -51,6 +56,12 @@ class Settings:
             raise ConfigurationError("size limits must be positive")
         for entry in self.fetch_allow:
             _validate_allow_entry(entry)
+        if self.s3_sse not in (None, "AES256", "aws:kms"):
+            raise ConfigurationError("AMBER_S3_SSE must be 'AES256' or 'aws:kms'")
+        if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
+            raise ConfigurationError("AMBER_S3_SSE_KMS_KEY_ID needs AMBER_S3_SSE=aws:kms")
+        if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
+            raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
 
     @property
     def resolved_database_url(self) -> str:
@@ -75,6 +86,8 @@ class Settings:
                 continue
             value = getattr(self, f.name)
             shown[f.name] = _mask_url(str(value)) if isinstance(value, str) else str(value)
+        if self.key_secret:
+            shown["key_secret"] = "***"
         shown["database_url"] = _mask_url(self.resolved_database_url)
         shown["blob_store"] = self.resolved_blob_store
         return shown

@@ -14,6 +14,9 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── MementoNotFound
     │   ├── BlobNotFound
     │   └── OriginalNotFound          no memento of this URI-R
+    ├── Unauthenticated               no key, a malformed, unknown or revoked key
+    ├── Forbidden                     a valid key whose role may not do this
+    ├── RateLimited                   the key's token bucket is empty (``retry_after``)
     ├── IdempotencyConflict           an Idempotency-Key reused for a different request
     ├── IntegrityError                stored bytes no longer hash to their address: never served
     ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
@@ -75,6 +78,22 @@ class BlobNotFound(NotFound):
 
 class OriginalNotFound(NotFound):
     code = "original_not_found"
+
+
+class Unauthenticated(AmberError):
+    code = "unauthenticated"
+
+
+class Forbidden(AmberError):
+    code = "forbidden"
+
+
+class RateLimited(AmberError):
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message, retry_after_seconds=round(retry_after, 3))
+        self.retry_after = retry_after
 
 
 class IdempotencyConflict(AmberError):

@@ -115,7 +115,7 @@ class Index:
         """Insert what is new; report existing rows. Call inside :meth:`write`."""
         if not batch:
             return []
-        self._ensure_tenants(connection, {m.tenant for m in batch})
+        self.ensure_tenants(connection, {m.tenant for m in batch})
         self._insert_ignoring(
             connection,
             blobs,
@@ -159,7 +159,7 @@ class Index:
         assert stored is not None  # inserted or already there, inside this transaction
         return stored
 
-    def _ensure_tenants(self, connection: Connection, names: set[str]) -> None:
+    def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
         self._insert_ignoring(
             connection, tenants, [{"id": n, "created_at": utc_now()} for n in sorted(names)],
             conflict=["id"],

@@ -24,6 +24,29 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    # Statements only one dialect understands (triggers), keyed by dialect name.
+    dialect_statements: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def for_dialect(self, dialect: str) -> tuple[str, ...]:
+        extra = dict(self.dialect_statements).get(dialect, ())
+        return self.statements + extra
+
+
+def _append_only_sqlite(table: str) -> tuple[str, ...]:
+    return tuple(
+        f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+        for verb in ("UPDATE", "DELETE")
+    )
+
+
+def _append_only_postgresql(table: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE FUNCTION {table}_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION '{table} is append-only'; END $$""",
+        f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {table}_append_only()",
+    )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -70,6 +93,36 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (tenant, key)
             )""",
             "INSERT INTO tenants (id, created_at) VALUES ('default', CURRENT_TIMESTAMP)",
+        ),
+    ),
+    Migration(
+        2,
+        "API keys and the append-only read audit",
+        (
+            """CREATE TABLE api_keys (
+                key_id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL REFERENCES tenants (id),
+                role TEXT NOT NULL CHECK (role IN ('agent', 'auditor', 'admin')),
+                name TEXT,
+                key_hmac TEXT NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                revoked_at TIMESTAMP
+            )""",
+            "CREATE INDEX api_keys_by_tenant ON api_keys (tenant)",
+            """CREATE TABLE read_audit (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                key_id TEXT NOT NULL,
+                role TEXT NOT NULL,
+                action TEXT NOT NULL,
+                target TEXT NOT NULL,
+                at TIMESTAMP NOT NULL
+            )""",
+            "CREATE INDEX read_audit_by_time ON read_audit (tenant, at, id)",
+        ),
+        (
+            ("sqlite", _append_only_sqlite("read_audit")),
+            ("postgresql", _append_only_postgresql("read_audit")),
         ),
     ),
 )
@@ -119,7 +172,7 @@ def _apply(connection: Connection, migration: Migration) -> bool:
     with connection.begin():
         if migration.version <= current_version(connection):
             return False
-        for statement in migration.statements:
+        for statement in migration.for_dialect(connection.dialect.name):
             connection.execute(text(statement))
         connection.execute(
             insert(schema_migrations).values(

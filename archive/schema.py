@@ -90,3 +90,27 @@ idempotency_keys = Table(
     Column("response_json", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("name", Text),
+    Column("key_hmac", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime),
+)
+
+read_audit = Table(
+    "read_audit",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("key_id", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+)

@@ -296,3 +296,27 @@ def test_open_blob_store_from_settings_moto(
         assert store.get(stored.address) == b"no prefix"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("sse", "kms_key", "expected"),
+    [("AES256", None, {"ServerSideEncryption": "AES256"}),
+     ("aws:kms", "alias/amber", {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/amber"})],
+)
+def test_server_side_encryption_on_every_put(
+    moto_bucket: Any, sse: str, kms_key: str | None, expected: dict[str, str]
+) -> None:
+    """Every blob write asks for SSE; the stored object reports it (moto records it)."""
+    from archive.blobstore.s3 import encryption_params
+
+    params = encryption_params(sse, kms_key)
+    assert params == expected
+    sent: list[dict[str, Any]] = []
+    moto_bucket.client.meta.events.register(
+        "provide-client-params.s3.PutObject", lambda params, **_: sent.append(dict(params))
+    )
+    store = moto_bucket.store(encryption=params)
+    stored = store.put(b"encrypted at rest")
+    assert all(call.get("ServerSideEncryption") == sse for call in sent) and sent
+    head = moto_bucket.client.head_object(Bucket=moto_bucket.name, Key=store.key_for(stored.address))
+    assert head["ServerSideEncryption"] == sse

@@ -99,6 +99,7 @@ class S3BlobStore:
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         sleep: Callable[[float], None] = time.sleep,
         owns_client: bool = False,
+        encryption: dict[str, str] | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
@@ -110,6 +111,8 @@ class S3BlobStore:
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._owns_client = owns_client
+        # Extra PutObject parameters for server-side encryption (SSE-S3 or SSE-KMS).
+        self.encryption = dict(encryption or {})
         self._blobs_prefix = f"{self.prefix}/{_BLOBS}/" if self.prefix else f"{_BLOBS}/"
 
     @classmethod
@@ -123,7 +126,10 @@ class S3BlobStore:
             region_name=settings.s3_region,
             config=client_config(),
         )
-        return cls(client, bucket, prefix, owns_client=True, **options)
+        return cls(
+            client, bucket, prefix, owns_client=True,
+            encryption=encryption_params(settings.s3_sse, settings.s3_sse_kms_key_id), **options,
+        )
 
     # -- the BlobStore interface -------------------------------------------------------
 
@@ -191,6 +197,7 @@ class S3BlobStore:
                 IfNoneMatch="*",
                 ChecksumSHA256=checksum,
                 ContentType="application/octet-stream",
+                **self.encryption,
             )
         except ClientError as exc:
             if _error_code(exc) not in _PRECONDITION_CODES:
@@ -311,6 +318,16 @@ class S3BlobStore:
             bucket=self.bucket,
             address=address,
         )
+
+
+def encryption_params(sse: str | None, kms_key_id: str | None) -> dict[str, str]:
+    """PutObject parameters for ``AMBER_S3_SSE`` / ``AMBER_S3_SSE_KMS_KEY_ID``."""
+    if sse is None:
+        return {}
+    params = {"ServerSideEncryption": sse}
+    if kms_key_id:
+        params["SSEKMSKeyId"] = kms_key_id
+    return params
 
 
 def client_config(

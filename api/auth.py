@@ -1,0 +1,62 @@
+"""Authentication and authorisation for every route.
+
+Each route declares the roles it accepts with ``Depends(require(Role.AGENT, …))``; the
+dependency authenticates the bearer key, spends a rate-limit token and checks the role. With
+authentication turned off (``amber serve --insecure-no-auth``, loopback only) every request
+acts as a principal holding all roles in the default tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Request
+
+from archive.archive import Archive
+from archive.exceptions import Forbidden, Unauthenticated
+from archive.index import DEFAULT_TENANT
+from archive.keys import Principal, Role
+from archive.ratelimit import RateLimiter
+
+ALL_ROLES = frozenset(Role)
+READERS = (Role.AGENT, Role.AUDITOR, Role.ADMIN)
+NO_AUTH_PRINCIPAL = Principal(key_id="no-auth", tenant=DEFAULT_TENANT, roles=ALL_ROLES)
+
+
+def bearer_key(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        raise Unauthenticated("use 'Authorization: Bearer <key>'")
+    return credentials.strip()
+
+
+def require(*roles: Role) -> Callable[[Request], Principal]:
+    allowed = frozenset(roles)
+
+    def dependency(request: Request) -> Principal:
+        if not request.app.state.auth_enabled:
+            return NO_AUTH_PRINCIPAL
+        archive: Archive = request.app.state.archive
+        principal = archive.keys.authenticate(bearer_key(request))
+        limiter: RateLimiter = request.app.state.rate_limiter
+        limiter.take(principal.key_id)
+        if not principal.roles & allowed:
+            raise Forbidden(
+                f"role {principal.role!r} may not do this; needs one of "
+                + ", ".join(sorted(r.value for r in allowed))
+            )
+        request.state.principal = principal
+        return principal
+
+    dependency.__name__ = "require_" + "_or_".join(sorted(r.value for r in allowed))
+    return dependency
+
+
+def audit_read(request: Request, principal: Principal, action: str, target: str) -> None:
+    """Record a resolution by an auditor or admin (agents' hot-path reads are not audited)."""
+    if principal.roles & {Role.AUDITOR, Role.ADMIN} and principal is not NO_AUTH_PRINCIPAL:
+        archive: Archive = request.app.state.archive
+        archive.read_audit.record(principal.tenant, principal.key_id, principal.role, action, target)

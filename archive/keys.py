@@ -1,0 +1,173 @@
+"""API keys: who is calling, for which tenant, in which role.
+
+A key looks like ``amber_<key id>_<secret>``: the key id (12 hex characters) is public — it
+names the key in listings and audit logs — and the secret is 32 random bytes. The index
+stores only HMAC-SHA256(server secret, whole key), so a leaked table is useless without
+the server secret, which lives outside the database (``AMBER_KEY_SECRET``, or a 0600 file
+in the data directory for the embedded default). Checking a key is one indexed lookup and
+one HMAC, compared in constant time. Revocation takes effect on the next request: nothing
+is cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+
+from sqlalchemy import insert, select, update
+
+from archive.dates import utc_now
+from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
+from archive.index import Index
+from archive.schema import api_keys
+
+KEY_PREFIX = "amber"
+_KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
+_TENANT = re.compile(r"[a-z0-9][a-z0-9_\-]{0,62}")
+MAX_PRESENTED_KEY = 128  # longer is refused before any work is done
+SECRET_FILE = "key-secret"
+
+
+class Role(StrEnum):
+    AGENT = "agent"
+    AUDITOR = "auditor"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller. ``roles`` is one role for a key; all of them without auth."""
+
+    key_id: str
+    tenant: str
+    roles: frozenset[Role]
+
+    @property
+    def role(self) -> str:
+        return "+".join(sorted(r.value for r in self.roles))
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key_id: str
+    tenant: str
+    role: Role
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    info: KeyInfo
+    key: str  # shown once, never stored
+
+
+def check_tenant(name: str) -> str:
+    if not isinstance(name, str) or not _TENANT.fullmatch(name):
+        raise InvalidInput("tenant names are 1-63 of a-z, 0-9, '-' and '_', starting alphanumeric")
+    return name
+
+
+def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
+    """The HMAC key: configured, or created once in the data directory (mode 0600)."""
+    if configured:
+        if len(configured) < 32:
+            raise ConfigurationError("AMBER_KEY_SECRET must be at least 32 characters")
+        return configured.encode("utf-8")
+    path = data_dir / SECRET_FILE
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fresh = secrets.token_bytes(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process created it first: use theirs
+        return path.read_bytes()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(fresh)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return fresh
+
+
+class KeyRing:
+    def __init__(self, index: Index, server_secret: bytes) -> None:
+        self.index = index
+        self._secret = server_secret
+
+    def create(self, tenant: str, role: Role | str, name: str | None = None) -> IssuedKey:
+        tenant = check_tenant(tenant)
+        role = Role(role)
+        if name is not None and (len(name) > 200 or any(ord(c) < 0x20 for c in name)):
+            raise InvalidInput("key names are at most 200 printable characters")
+        key_id = secrets.token_hex(6)
+        key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
+        info = KeyInfo(key_id, tenant, role, name, utc_now(), None)
+        with self.index.write() as connection:
+            self.index.ensure_tenants(connection, {tenant})
+            connection.execute(
+                insert(api_keys).values(
+                    key_id=key_id, tenant=tenant, role=role.value, name=name,
+                    key_hmac=self._digest(key), created_at=info.created_at,
+                )
+            )
+        return IssuedKey(info, key)
+
+    def list(self, tenant: str | None = None) -> list[KeyInfo]:
+        query = select(api_keys).order_by(api_keys.c.created_at, api_keys.c.key_id)
+        if tenant is not None:
+            query = query.where(api_keys.c.tenant == tenant)
+        with self.index.read() as connection:
+            return [
+                KeyInfo(r.key_id, r.tenant, Role(r.role), r.name, r.created_at, r.revoked_at)
+                for r in connection.execute(query)
+            ]
+
+    def revoke(self, key_id: str, tenant: str | None = None) -> KeyInfo:
+        """Revoke now; idempotent. With ``tenant``, keys of other tenants are 'not found'."""
+        where = [api_keys.c.key_id == key_id]
+        if tenant is not None:
+            where.append(api_keys.c.tenant == tenant)
+        with self.index.write() as connection:
+            connection.execute(
+                update(api_keys).where(*where, api_keys.c.revoked_at.is_(None)).values(revoked_at=utc_now())
+            )
+        found = [k for k in self.list(tenant) if k.key_id == key_id]
+        if not found:
+            raise NotFound("no such key")
+        return found[0]
+
+    def any_keys(self) -> bool:
+        with self.index.read() as connection:
+            return connection.execute(select(api_keys.c.key_id).limit(1)).first() is not None
+
+    def authenticate(self, presented: str | None) -> Principal:
+        if not presented:
+            raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
+        match = _KEY.fullmatch(presented) if len(presented) <= MAX_PRESENTED_KEY else None
+        if match is None:
+            raise Unauthenticated("malformed API key")
+        with self.index.read() as connection:
+            row = connection.execute(
+                select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
+                .where(api_keys.c.key_id == match.group(1))
+            ).first()
+        # Compare even when the id is unknown, so timing does not reveal which ids exist.
+        expected = row.key_hmac if row is not None else "0" * 64
+        valid = hmac.compare_digest(self._digest(presented), expected)
+        if row is None or not valid or row.revoked_at is not None:
+            raise Unauthenticated("unknown or revoked API key")
+        return Principal(match.group(1), row.tenant, frozenset({Role(row.role)}))
+
+    def _digest(self, key: str) -> str:
+        return hmac.new(self._secret, key.encode("ascii"), hashlib.sha256).hexdigest()
