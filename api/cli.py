@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -14,6 +16,7 @@ from archive.config import Settings
 from archive.dates import to_rfc3339
 from archive.exceptions import AmberError
 from archive.index import DEFAULT_TENANT
+from archive.keys import Role
 from archive.mementos import CaptureFacts, Memento
 
 
@@ -46,6 +49,18 @@ def _memento_summary(memento: Memento, base_url: str) -> dict[str, Any]:
         "final_url": memento.facts.final_url,
         "http_status": memento.facts.http_status,
     }
+
+
+@contextmanager
+def _opened() -> Iterator[Archive]:
+    """The archive for one command; library errors become clean CLI errors."""
+    archive = Archive.open(_settings())
+    try:
+        yield archive
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
+    finally:
+        archive.close()
 
 
 def _base_url(settings: Settings) -> str:
@@ -87,6 +102,59 @@ def serve(host: str, port: int, workers: int) -> None:
         "api.app:create_app", factory=True, host=host, port=port, workers=workers,
         log_level="info", access_log=False, timeout_graceful_shutdown=10,
     )
+
+
+@main.group()
+def keys() -> None:
+    """Manage API keys (sent as 'Authorization: Bearer <key>').
+
+    Example: amber keys create --tenant acme --role agent --name "support bot"
+    """
+
+
+@keys.command("create")
+@click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="Tenant of the key.")
+@click.option("--role", type=click.Choice([r.value for r in Role]), required=True,
+              help="agent writes and reads; auditor reads; admin manages keys and holds.")
+@click.option("--name", default=None, help="A label to recognise the key by.")
+def keys_create(tenant: str, role: str, name: str | None) -> None:
+    """Create a key and print it once (only its HMAC is stored).
+
+    Example: amber keys create --tenant acme --role auditor --name "Q3 audit"
+    """
+    with _opened() as archive:
+        issued = archive.keys.create(tenant, role, name)
+    click.echo(f"key id {issued.info.key_id}, tenant {tenant}, role {role}. "
+               "Store the key now; it is not shown again:", err=True)
+    click.echo(issued.key)
+
+
+@keys.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's keys.")
+def keys_list(tenant: str | None) -> None:
+    """List keys (ids, tenants, roles; never secrets) as JSON lines.
+
+    Example: amber keys list --tenant acme
+    """
+    with _opened() as archive:
+        for info in archive.keys.list(tenant):
+            click.echo(json.dumps({
+                "key_id": info.key_id, "tenant": info.tenant, "role": info.role.value,
+                "name": info.name, "created_at": to_rfc3339(info.created_at),
+                "revoked_at": to_rfc3339(info.revoked_at) if info.revoked_at else None,
+            }))
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key; it stops working on the next request.
+
+    Example: amber keys revoke 3f9a0c12be47
+    """
+    with _opened() as archive:
+        archive.keys.revoke(key_id)
+    click.echo(f"revoked {key_id}")
 
 
 @main.command()
