@@ -9,7 +9,7 @@ preserve identity, plus query-parameter order:
   that must be encoded (non-ASCII, space-like and unsafe ASCII) encoded as UTF-8;
 - dot segments removed from the path;
 - query parameters sorted by name (stable, so repeated names keep their order);
-- the fragment dropped (it never reaches the server).
+- the fragment dropped (it never reaches the server), and an empty query (``?``).
 
 It never merges distinct resources: ``www.`` and trailing slashes are kept, ``%2F`` stays
 ``%2F`` (it is not ``/``), and case in path and query is preserved.
@@ -91,7 +91,9 @@ def _web_key(scheme: str, rest: str) -> str:
     port_part = "" if port is None or port == _DEFAULT_PORTS[scheme] else f":{port}"
     path = _remove_dot_segments(_normalise_escapes(path or "/", keep="/:@!$&'()*+,;="))
     key = f"{scheme}://{host}{port_part}{path}"
-    if query is not None:
+    # An empty query ("…/search?") cannot travel in a TimeGate path (the server sees no
+    # query either way), so for lookups it is the same resource as no query at all.
+    if query:
         key += "?" + _sorted_query(query)
     return key
 

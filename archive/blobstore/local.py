@@ -34,6 +34,9 @@ class LocalBlobStore:
         address = content_address(data)
         path = self.path_for(address)
         if path.exists():
+            if self.durable:
+                # A concurrent writer may have renamed it in without its directory fsync yet.
+                _fsync_directory(path.parent)
             return StoredBlob(address=address, size=len(data), created=False)
         try:
             self._write_atomically(path, data)
