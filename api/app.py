@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import errors, mementos, timetravel
+from api import admin, errors, mementos, timetravel
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
 from archive.archive import Archive
 from archive.config import Settings
+from archive.ratelimit import RateLimiter
 
 DESCRIPTION = """
 Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos served with
@@ -22,8 +23,14 @@ query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<
 """
 
 
-def create_app(settings: Settings | None = None, archive: Archive | None = None) -> FastAPI:
-    """Build the app. ``archive`` may be given (tests); otherwise it is opened at startup."""
+def create_app(
+    settings: Settings | None = None, archive: Archive | None = None, *, auth: bool = True
+) -> FastAPI:
+    """Build the app. ``archive`` may be given (tests); otherwise it is opened at startup.
+
+    ``auth=False`` is for ``amber serve --insecure-no-auth`` (loopback only) and tests of
+    archive behaviour; every request then acts with all roles in the default tenant.
+    """
     settings = settings or Settings.from_env()
     base_url = settings.public_base_url or "http://127.0.0.1:8000"
 
@@ -44,6 +51,8 @@ def create_app(settings: Settings | None = None, archive: Archive | None = None)
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.auth_enabled = auth
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst)
     app.state.urls = Urls(base_url)
     if archive is not None:
         app.state.archive = archive
@@ -51,6 +60,7 @@ def create_app(settings: Settings | None = None, archive: Archive | None = None)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(mementos.router)
     app.include_router(timetravel.router)
+    app.include_router(admin.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

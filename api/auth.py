@@ -9,11 +9,13 @@ acts as a principal holding all roles in the default tenant.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from archive.archive import Archive
-from archive.exceptions import Forbidden, Unauthenticated
+from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
 from archive.keys import Principal, Role
 from archive.ratelimit import RateLimiter
@@ -23,24 +25,23 @@ READERS = (Role.AGENT, Role.AUDITOR, Role.ADMIN)
 NO_AUTH_PRINCIPAL = Principal(key_id="no-auth", tenant=DEFAULT_TENANT, roles=ALL_ROLES)
 
 
-def bearer_key(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, credentials = header.partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
-        raise Unauthenticated("use 'Authorization: Bearer <key>'")
-    return credentials.strip()
+# auto_error=False: we answer missing/odd credentials ourselves, as a JSON 401.
+bearer_scheme = HTTPBearer(scheme_name="bearer", auto_error=False,
+                           description="An Amber API key: `Authorization: Bearer amber_…`")
 
 
-def require(*roles: Role) -> Callable[[Request], Principal]:
+def require(*roles: Role) -> Callable[..., Principal]:
     allowed = frozenset(roles)
 
-    def dependency(request: Request) -> Principal:
+    def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    ) -> Principal:
         if not request.app.state.auth_enabled:
             return NO_AUTH_PRINCIPAL
         archive: Archive = request.app.state.archive
-        principal = archive.keys.authenticate(bearer_key(request))
+        presented = credentials.credentials if credentials is not None else None
+        principal = archive.keys.authenticate(presented)
         limiter: RateLimiter = request.app.state.rate_limiter
         limiter.take(principal.key_id)
         if not principal.roles & allowed:

@@ -77,31 +77,70 @@ def main() -> None:
     """
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
 @click.option("--workers", default=1, show_default=True, type=int,
               help="Worker processes (PostgreSQL only; SQLite wants one writer).")
-def serve(host: str, port: int, workers: int) -> None:
+@click.option("--insecure-no-auth", is_flag=True,
+              help="Serve without API keys (every caller is admin+agent+auditor). Loopback only.")
+def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
     """Start the HTTP API.
+
+    On the first start of the embedded default, an admin key is created and printed once.
 
     Example: amber serve --host 127.0.0.1 --port 8000
     """
-    import os
-
     import uvicorn
+
+    from api.app import create_app
 
     settings = _settings()
     if settings.public_base_url is None:
         shown_host = f"[{host}]" if ":" in host else host
-        os.environ["AMBER_PUBLIC_BASE_URL"] = f"http://{shown_host}:{port}"
+        settings = settings.with_overrides(public_base_url=f"http://{shown_host}:{port}")
+    if insecure_no_auth:
+        if host not in LOOPBACK_HOSTS:
+            raise click.ClickException("--insecure-no-auth refuses to bind to anything but loopback")
+        if workers > 1:
+            raise click.ClickException("--insecure-no-auth runs a single worker")
+        click.secho("WARNING: authentication is OFF (--insecure-no-auth): anyone who can reach "
+                    f"{host}:{port} can read and write everything.", fg="red", bold=True, err=True)
     if workers > 1 and settings.resolved_database_url.startswith("sqlite"):
         raise click.ClickException("--workers > 1 needs PostgreSQL (AMBER_DATABASE_URL)")
-    click.echo(f"Amber {__version__}: blobs {settings.resolved_blob_store}", err=True)
-    uvicorn.run(
-        "api.app:create_app", factory=True, host=host, port=port, workers=workers,
-        log_level="info", access_log=False, timeout_graceful_shutdown=10,
-    )
+    if not insecure_no_auth:
+        _first_start_admin_key(settings)
+    click.echo(f"Amber {__version__} on http://{host}:{port} (URI-Ms under "
+               f"{settings.public_base_url}); blobs {settings.resolved_blob_store}", err=True)
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": "info",
+                               "access_log": False, "timeout_graceful_shutdown": 10}
+    if workers > 1:  # several processes need an import string; they read AMBER_* themselves
+        import os
+
+        os.environ["AMBER_PUBLIC_BASE_URL"] = str(settings.public_base_url)
+        uvicorn.run("api.app:create_app", factory=True, workers=workers, **options)
+    else:
+        uvicorn.run(create_app(settings, auth=not insecure_no_auth), **options)
+
+
+def _first_start_admin_key(settings: Settings) -> None:
+    """On an embedded default with no keys yet, make the first admin key (printed once)."""
+    if not settings.resolved_database_url.startswith("sqlite"):
+        return
+    archive = Archive.open(settings)
+    try:
+        if archive.keys.any_keys():
+            return
+        issued = archive.keys.create(DEFAULT_TENANT, Role.ADMIN, name="first-start admin")
+    finally:
+        archive.close()
+    click.secho("First start: created an admin key for tenant 'default'. It is shown only "
+                "this once; store it now:", fg="yellow", err=True)
+    click.echo(issued.key)
+    click.echo("Create agent/auditor keys with: amber keys create --role agent", err=True)
 
 
 @main.group()

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 
 from api.urls import Urls
 from archive.archive import Archive
-from archive.index import DEFAULT_TENANT
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,12 +21,6 @@ def get_archive(request: Request) -> Archive:
 def get_urls(request: Request) -> Urls:
     urls: Urls = request.app.state.urls
     return urls
-
-
-def get_tenant(request: Request) -> str:
-    # Single-tenant until access control lands (issue "Access control"): every principal
-    # belongs to the default tenant, and the index already scopes every query by tenant.
-    return DEFAULT_TENANT
 
 
 def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], F]:

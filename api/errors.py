@@ -7,6 +7,7 @@ request body or captured text back: validation errors are stripped of their ``in
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,6 +23,9 @@ STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
     (exc.PayloadTooLarge, 413),
     (exc.InvalidInput, 400),
     (exc.NotFound, 404),
+    (exc.Unauthenticated, 401),
+    (exc.Forbidden, 403),
+    (exc.RateLimited, 429),
     (exc.IdempotencyConflict, 409),
     (exc.FetchRefused, 403),
     (exc.FetchError, 502),
@@ -48,9 +52,19 @@ async def _amber_error(request: Request, error: Exception) -> JSONResponse:
     if status >= 500:
         # Codes and addresses only: detail never holds captured text.
         log.error("%s on %s %s: %s", error.code, request.method, request.url.path, error.message)
-    headers = {"Retry-After": "5"} if isinstance(error, exc.StorageError) else None
+    headers = _headers_for(error)
     detail = {k: v for k, v in error.detail.items() if isinstance(v, str | int | float | bool)}
     return JSONResponse(error_body(error.code, error.message, detail), status, headers=headers)
+
+
+def _headers_for(error: exc.AmberError) -> dict[str, str] | None:
+    if isinstance(error, exc.StorageError):
+        return {"Retry-After": "5"}
+    if isinstance(error, exc.RateLimited):
+        return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+    if isinstance(error, exc.Unauthenticated):
+        return {"WWW-Authenticate": 'Bearer realm="amber"'}
+    return None
 
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:

@@ -11,17 +11,21 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import get_and_head, get_archive, get_tenant, get_urls
+from api.auth import READERS, audit_read, require
+from api.deps import get_and_head, get_archive, get_urls
 from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
 from archive.exceptions import InvalidContent, InvalidInput
 from archive.hashing import content_address
+from archive.keys import Principal, Role
 from archive.links import link, link_header
 from archive.mementos import CaptureFacts, Memento, Scope
 
 router = APIRouter()
+writers = require(Role.AGENT)
+readers = require(*READERS)
 
 # Evidence is tenant-private and can expire (retention), so shared caches must not keep it
 # and browsers only briefly.
@@ -95,7 +99,7 @@ async def create_memento(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(writers)],
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JSONResponse:
     """Store a captured document (or passage). 201 when new, 200 with the same body when
@@ -108,7 +112,7 @@ async def create_memento(
     result = await run_in_threadpool(
         archive.write_memento,
         memento_request,
-        tenant=tenant,
+        tenant=principal.tenant,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )
@@ -129,11 +133,14 @@ async def create_memento(
 )
 def memento_metadata(
     memento_id: str,
+    request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(readers)],
 ) -> MementoOut:
-    return render_memento(archive.get_memento(tenant, memento_id), urls)
+    memento = archive.get_memento(principal.tenant, memento_id)
+    audit_read(request, principal, "memento.metadata", memento.id)
+    return render_memento(memento, urls)
 
 
 def memento_headers(memento: Memento, urls: Urls) -> dict[str, str]:
@@ -175,9 +182,10 @@ def memento_content(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    memento = archive.get_memento(tenant, memento_id)
+    memento = archive.get_memento(principal.tenant, memento_id)
+    audit_read(request, principal, "memento.content", memento.id)
     headers = memento_headers(memento, urls)
     if _matches(request.headers.get("if-none-match"), headers["ETag"]):
         headers.pop("Content-Type")

@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import get_and_head, get_archive, get_tenant, get_urls
+from api.auth import READERS, require
+from api.deps import get_and_head, get_archive, get_urls
 from api.models import (
     ERROR_RESPONSES,
     TimeMapBoundary,
@@ -22,10 +23,12 @@ from api.urls import TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, 
 from archive.archive import Archive, TimeMapPage
 from archive.dates import parse_rfc1123, to_rfc1123
 from archive.index import Neighbours
+from archive.keys import Principal
 from archive.links import Link, link, link_format, link_header
 from archive.mementos import Memento
 
 router = APIRouter()
+readers = require(*READERS)
 
 RAW_URI_R_NOTE = (
     "The URI-R follows the prefix raw, exactly as it would be sent to the origin, query "
@@ -80,12 +83,12 @@ async def timegate(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
     uri_r, _ = raw_uri_r(request, TIMEGATE_PREFIX)
     accept = request.headers.get("accept-datetime")
     target = parse_rfc1123(accept) if accept is not None else None
-    found = await run_in_threadpool(archive.timegate, tenant, uri_r, target)
+    found = await run_in_threadpool(archive.timegate, principal.tenant, uri_r, target)
     links = [
         link(uri_r, "original"),
         link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
@@ -124,9 +127,9 @@ async def timemap_link(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_LINK_PREFIX, archive, tenant)
+    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_LINK_PREFIX, archive, principal.tenant)
     items = page.mementos
     links: list[Link] = [
         link(uri_r, "original"),
@@ -163,9 +166,9 @@ async def timemap_json(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    tenant: Annotated[str, Depends(get_tenant)],
+    principal: Annotated[Principal, Depends(readers)],
 ) -> TimeMapOut:
-    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_JSON_PREFIX, archive, tenant)
+    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_JSON_PREFIX, archive, principal.tenant)
 
     def boundary(memento: Memento) -> TimeMapBoundary:
         return TimeMapBoundary(datetime=to_rfc1123(memento.captured_at), uri=urls.memento(memento.id))

@@ -104,5 +104,5 @@ class ReadAudit:
             self._wake.clear()
             try:
                 self.flush()
-            except Exception:  # noqa: BLE001 - logged in flush; retried next round
+            except Exception:
                 pass

@@ -73,7 +73,7 @@ class GroupCommitter(Generic[T, R]):
     def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
         try:
             results = self._commit_batch([item for item, _ in batch])
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting callers
+        except BaseException as exc:
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)
                 return

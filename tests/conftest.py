@@ -41,7 +41,7 @@ def postgres_server() -> str:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         engine.dispose()
-    except Exception as error:  # noqa: BLE001 - any failure means "not available"
+    except Exception as error:
         service_unavailable(f"PostgreSQL not reachable at {POSTGRES_URL}: {type(error).__name__}")
     return POSTGRES_URL
 
@@ -100,5 +100,5 @@ def client(settings: Settings, archive: Archive) -> Iterator[object]:
 
     from api.app import create_app
 
-    with TestClient(create_app(settings, archive=archive)) as test_client:
+    with TestClient(create_app(settings, archive=archive, auth=False)) as test_client:
         yield test_client

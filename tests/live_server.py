@@ -92,11 +92,20 @@ def amber_command() -> list[str]:
 class LiveServer:
     """One ``amber serve`` process. Create it with :func:`start_server`."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], port: int, log_path: Path,
+        agent_key: str | None = None,
+    ) -> None:
         self.process = process
         self.port = port
         self.base_url = base_url_for(port)
         self.log_path = log_path
+        self.agent_key = agent_key
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``Authorization`` for the agent key made before start (empty if none was made)."""
+        return {"Authorization": f"Bearer {self.agent_key}"} if self.agent_key else {}
 
     @property
     def pid(self) -> int:
@@ -172,6 +181,19 @@ class LiveServer:
             pass
 
 
+def create_key(
+    env: Mapping[str, str], role: str = "agent", *, cwd: str | os.PathLike[str] | None = None,
+    command: Sequence[str] | None = None,
+) -> str:
+    """``amber keys create --role ROLE`` with ``env``; returns the printed key."""
+    done = subprocess.run(
+        [*(command or amber_command()), "keys", "create", "--role", role],
+        env={**clean_environ(), **env}, cwd=cwd, capture_output=True, text=True, check=True,
+        timeout=60,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
 def start_server(
     env: Mapping[str, str],
     port: int | None = None,
@@ -180,16 +202,19 @@ def start_server(
     command: Sequence[str] | None = None,
     inherit_amber_env: bool = False,
     timeout: float = STARTUP_TIMEOUT_SECONDS,
+    agent_key: bool = True,
 ) -> LiveServer:
     """Start ``amber serve --host 127.0.0.1 --port P`` with ``env`` and wait for /healthz.
 
     ``env`` is laid over this process's environment, from which every ``AMBER_*`` variable
-    is removed first unless ``inherit_amber_env`` is set.
+    is removed first unless ``inherit_amber_env`` is set. With ``agent_key`` an agent key
+    is created first through the CLI (``server.headers`` carries it).
     """
     port = port if port is not None else free_port()
     full_env = dict(os.environ) if inherit_amber_env else clean_environ()
     full_env.update(env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    key = create_key(full_env, cwd=cwd, command=command) if agent_key else None
     fd, log_name = tempfile.mkstemp(prefix=f"amber-serve-{port}-", suffix=".log")
     log_path = Path(log_name)
     args = [*(command or amber_command()), "serve", "--host", HOST, "--port", str(port)]
@@ -203,7 +228,7 @@ def start_server(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = LiveServer(process, port, log_path)
+    server = LiveServer(process, port, log_path, key)
     try:
         server.wait_healthy(timeout)
     except BaseException:
@@ -215,8 +240,8 @@ def start_server(
 @contextmanager
 def running_server(
     env: Mapping[str, str], port: int | None = None, **options: object
-) -> Iterator[str]:
-    """``amber serve`` for the duration of the block; yields its base URL."""
+) -> Iterator[LiveServer]:
+    """``amber serve`` for the duration of the block; yields the running server."""
     server = start_server(env, port, **options)  # type: ignore[arg-type]
     with server:
-        yield server.base_url
+        yield server

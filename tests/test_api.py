@@ -290,7 +290,7 @@ def test_timemap_pages_live_in_the_path(settings: Any, tmp_path: Any) -> None:
     small = settings.with_overrides(timemap_page_size=2)
     opened = Archive.open(small)
     try:
-        with TestClient(create_app(small, archive=opened)) as paged:
+        with TestClient(create_app(small, archive=opened, auth=False)) as paged:
             made = [post(paged, content=f"p{i}", captured_at=f"2024-0{i + 1}-01T00:00:00Z").json() for i in range(5)]
             first = paged.get(f"/timemap/json/{URI_R}").json()
             assert first["pages"]["total_pages"] == 3
@@ -370,7 +370,7 @@ def test_body_over_limit_is_413(settings: Any) -> None:
     small = settings.with_overrides(max_body_bytes=1024)
     opened = Archive.open(small)
     try:
-        with TestClient(create_app(small, archive=opened)) as limited:
+        with TestClient(create_app(small, archive=opened, auth=False)) as limited:
             response = post(limited, content="x" * 4096)
             assert response.status_code == 413
             assert response.json()["error"]["code"] == "payload_too_large"

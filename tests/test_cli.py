@@ -8,6 +8,7 @@ guard refuses unless ``AMBER_FETCH_ALLOW`` opens it. ``--help`` checks use click
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -19,7 +20,7 @@ import click
 import httpx
 import pytest
 from click.testing import CliRunner
-from live_server import amber_command, clean_environ, free_port, start_server
+from live_server import amber_command, clean_environ, create_key, free_port, start_server
 
 from api.cli import main
 from archive.hashing import content_address
@@ -282,20 +283,29 @@ def test_serve_starts_from_nothing(tmp_path: Path, configured: bool) -> None:
     data_dir = tmp_path / "fresh" / "amber-data" if configured else workdir / "amber-data"
     env = {"AMBER_DATA_DIR": str(data_dir)} if configured else {}
     port = free_port()
-    server = start_server(env, port, cwd=workdir)
+    server = start_server(env, port, cwd=workdir, agent_key=False)
     with server:
         health = httpx.get(f"{server.base_url}/healthz", timeout=10, trust_env=False)
         assert health.json()["status"] == "ok"
+        # First start of the embedded default: one admin key, printed once.
+        admin_keys = re.findall(r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE)
+        assert len(admin_keys) == 1, server.log_tail()
+        listed = httpx.get(f"{server.base_url}/api/v1/keys", timeout=10, trust_env=False,
+                           headers={"Authorization": f"Bearer {admin_keys[0]}"})
+        assert listed.status_code == 200 and listed.json()[0]["role"] == "admin"
+        unauthenticated = httpx.post(f"{server.base_url}/api/v1/mementos", json={}, timeout=10, trust_env=False)
+        assert unauthenticated.status_code == 401
+        agent = create_key(env, "agent", cwd=workdir)
         written = httpx.post(
             f"{server.base_url}/api/v1/mementos",
             json={"uri_r": "https://example.org/", "content": "hello",
                   "content_type": "text/plain", "captured_at": "2024-05-01T12:00:00Z"},
-            timeout=10, trust_env=False,
+            timeout=10, trust_env=False, headers={"Authorization": f"Bearer {agent}"},
         )
         assert written.status_code == 201, written.text
         uri_m = written.json()["uri_m"]
         assert uri_m.startswith(f"http://127.0.0.1:{port}/memento/")
-        served = httpx.get(uri_m, timeout=10, trust_env=False)
+        served = httpx.get(uri_m, timeout=10, trust_env=False, headers={"Authorization": f"Bearer {agent}"})
         assert served.status_code == 200 and served.content == b"hello"
         server.stop()
         # Graceful: SIGTERM runs the shutdown (uvicorn then re-raises the signal it caught).
@@ -303,3 +313,19 @@ def test_serve_starts_from_nothing(tmp_path: Path, configured: bool) -> None:
         assert "Application shutdown complete" in server.log_tail(), server.log_tail()
     assert (data_dir / "amber.sqlite3").is_file()
     assert blob_path(data_dir, content_address(b"hello")).read_bytes() == b"hello"
+
+
+@pytest.mark.slow
+def test_second_start_prints_no_new_key_and_no_auth_is_loopback_only(tmp_path: Path) -> None:
+    env = {"AMBER_DATA_DIR": str(tmp_path / "amber-data")}
+    for expected_keys in (1, 0):
+        server = start_server(env, free_port(), agent_key=False)
+        with server:
+            found = re.findall(r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE)
+            assert len(found) == expected_keys
+    refused = subprocess.run(
+        [*amber_command(), "serve", "--insecure-no-auth", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=clean_environ(env), capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "loopback" in refused.stderr

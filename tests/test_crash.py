@@ -55,10 +55,10 @@ class Load:
     killed: threading.Event = field(default_factory=threading.Event)
 
 
-def _writer(number: int, base_url: str, load: Load, shared: bool) -> None:
+def _writer(number: int, base_url: str, headers: dict[str, str], load: Load, shared: bool) -> None:
     rng = random.Random(number)
     sequence = 0
-    with httpx.Client(base_url=base_url, timeout=20.0, trust_env=False) as client:
+    with httpx.Client(base_url=base_url, headers=headers, timeout=20.0, trust_env=False) as client:
         while not load.killed.is_set():
             sequence += 1
             # Fresh content: a unique prefix, then 1-4 KiB of noise (or, half the time in the
@@ -102,7 +102,7 @@ def _writer(number: int, base_url: str, load: Load, shared: bool) -> None:
 def _run_load_and_kill(server: LiveServer, shared: bool) -> tuple[Load, int]:
     load = Load()
     threads = [
-        threading.Thread(target=_writer, args=(n, server.base_url, load, shared), daemon=True)
+        threading.Thread(target=_writer, args=(n, server.base_url, server.headers, load, shared), daemon=True)
         for n in range(WRITERS)
     ]
     for thread in threads:
@@ -172,7 +172,7 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
     # The crashed store comes back: a new server serves what was acknowledged and writes.
     restart_port = free_port()
     again = start_server(env_for(settings, f"http://127.0.0.1:{restart_port}"), restart_port)
-    with again, httpx.Client(base_url=again.base_url, timeout=10.0, trust_env=False) as client:
+    with again, httpx.Client(base_url=again.base_url, headers=again.headers, timeout=10.0, trust_env=False) as client:
         sample = random.Random(0).sample(load.acked, min(25, len(load.acked)))
         for data, ack in sample:
             response = client.get(f"/memento/{ack['id']}")

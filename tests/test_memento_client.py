@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import requests
-from live_server import env_for, free_port, running_server
+from live_server import LiveServer, env_for, free_port, running_server
 from memento_client import MementoClient
 
 from archive.config import Settings
@@ -86,17 +86,36 @@ def origin_url() -> Iterator[str]:
 
 
 @pytest.fixture()
-def live(settings: Settings) -> Iterator[str]:
+def live_server(settings: Settings) -> Iterator[LiveServer]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with running_server(env_for(settings, base), port) as url:
-        assert url == base
-        yield url
+    with running_server(env_for(settings, base), port) as server:
+        assert server.base_url == base
+        yield server
 
 
-def _write(base: str, uri_r: str) -> list[dict[str, object]]:
+@pytest.fixture()
+def live(live_server: LiveServer) -> str:
+    return live_server.base_url
+
+
+@pytest.fixture()
+def session(live_server: LiveServer) -> requests.Session:
+    """What a Memento client sends: the agent key on every request, no proxies."""
+    http = requests.Session()
+    http.trust_env = False  # never route loopback through a proxy from the environment
+    http.headers.update(live_server.headers)
+    return http
+
+
+@pytest.fixture()
+def auth(live_server: LiveServer) -> dict[str, str]:
+    return live_server.headers
+
+
+def _write(base: str, uri_r: str, headers: dict[str, str]) -> list[dict[str, object]]:
     written = []
-    with httpx.Client(base_url=base, timeout=10.0, trust_env=False) as client:
+    with httpx.Client(base_url=base, headers=headers, timeout=10.0, trust_env=False) as client:
         for number, captured_at in enumerate(CAPTURES):
             response = client.post(
                 "/api/v1/mementos",
@@ -119,20 +138,18 @@ def _naive_utc(moment: datetime) -> datetime:
 
 
 def test_memento_client_resolves_each_datetime_to_the_right_memento(
-    live: str, origin_url: str
+    live: str, origin_url: str, session: requests.Session, auth: dict[str, str]
 ) -> None:
     uri_r = f"{origin_url}/article?id=7&lang=en"
-    written = _write(live, uri_r)
+    written = _write(live, uri_r, auth)
     uris = [str(m["uri_m"]) for m in written]
     assert len(set(uris)) == 3
     assert all(uri.startswith(f"{live}/") for uri in uris)
 
-    session = requests.Session()
-    session.trust_env = False  # never route loopback through a proxy from the environment
     client = MementoClient(
         timegate_uri=f"{live}/timegate/", check_native_timegate=False, session=session
     )
-    with httpx.Client(timeout=10.0, trust_env=False) as http:
+    with httpx.Client(headers=auth, timeout=10.0, trust_env=False) as http:
         for label, target, expected in TARGETS:
             info = client.get_memento_info(uri_r, _naive_utc(target))
             assert info["original_uri"] == uri_r, label
@@ -168,12 +185,10 @@ def test_memento_client_resolves_each_datetime_to_the_right_memento(
 
 
 def test_memento_client_without_accept_datetime_gets_the_latest(
-    live: str, origin_url: str
+    live: str, origin_url: str, session: requests.Session, auth: dict[str, str]
 ) -> None:
     uri_r = f"{origin_url}/latest"
-    written = _write(live, uri_r)
-    session = requests.Session()
-    session.trust_env = False
+    written = _write(live, uri_r, auth)
     client = MementoClient(
         timegate_uri=f"{live}/timegate/", check_native_timegate=False, session=session
     )
@@ -183,12 +198,12 @@ def test_memento_client_without_accept_datetime_gets_the_latest(
     assert info["mementos"]["closest"]["datetime"] == _naive_utc(CAPTURES[2])
 
 
-def test_memento_client_from_a_uri_m_finds_the_original(live: str, origin_url: str) -> None:
+def test_memento_client_from_a_uri_m_finds_the_original(
+    live: str, origin_url: str, session: requests.Session, auth: dict[str, str]
+) -> None:
     """Given a URI-M instead of a URI-R, the client follows ``rel=original`` back."""
     uri_r = f"{origin_url}/from-memento"
-    written = _write(live, uri_r)
-    session = requests.Session()
-    session.trust_env = False
+    written = _write(live, uri_r, auth)
     client = MementoClient(
         timegate_uri=f"{live}/timegate/", check_native_timegate=False, session=session
     )
@@ -211,13 +226,13 @@ AWKWARD_PATHS = (
 )
 
 
-def test_memento_client_with_awkward_uri_rs(live: str, origin_url: str) -> None:
-    session = requests.Session()
-    session.trust_env = False
+def test_memento_client_with_awkward_uri_rs(
+    live: str, origin_url: str, session: requests.Session, auth: dict[str, str]
+) -> None:
     client = MementoClient(
         timegate_uri=f"{live}/timegate/", check_native_timegate=False, session=session
     )
-    with httpx.Client(base_url=live, timeout=10.0, trust_env=False) as http:
+    with httpx.Client(base_url=live, headers=auth, timeout=10.0, trust_env=False) as http:
         for path in AWKWARD_PATHS:
             uri_r = origin_url + path
             response = http.post(
@@ -233,17 +248,17 @@ def test_memento_client_with_awkward_uri_rs(live: str, origin_url: str) -> None:
 
 
 @pytest.fixture()
-def local_live(tmp_path: Path) -> Iterator[str]:
+def local_live(tmp_path: Path) -> Iterator[LiveServer]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with running_server(env_for(Settings(data_dir=tmp_path / "amber-data"), base), port) as url:
-        yield url
+    with running_server(env_for(Settings(data_dir=tmp_path / "amber-data"), base), port) as server:
+        yield server
 
 
-def test_uri_r_with_an_empty_query_is_reachable_through_its_own_links(local_live: str) -> None:
-    with httpx.Client(timeout=10.0, trust_env=False) as http:
+def test_uri_r_with_an_empty_query_is_reachable_through_its_own_links(local_live: LiveServer) -> None:
+    with httpx.Client(headers=local_live.headers, timeout=10.0, trust_env=False) as http:
         written = http.post(
-            f"{local_live}/api/v1/mementos",
+            f"{local_live.base_url}/api/v1/mementos",
             json={"uri_r": "https://example.org/search?", "content": "results",
                   "content_type": "text/plain", "captured_at": "2022-01-01T00:00:00Z"},
         )
