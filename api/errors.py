@@ -86,9 +86,21 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
         error.status_code, "http_error"
     )
-    return JSONResponse(
-        error_body(code, str(error.detail)), error.status_code, headers=error.headers
-    )
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return JSONResponse(error_body(code, str(error.detail)), error.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    # Starlette reports the methods of the first route whose path matched; one path can have
+    # several routes (GET and POST /api/v1/keys), so collect them all.
+    methods: set[str] = set()
+    for route in request.app.routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(request.url.path):
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:

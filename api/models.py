@@ -123,7 +123,10 @@ class TimeMapOut(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorOut, "description": "Malformed input; nothing was stored."},
-    404: {"model": ErrorOut, "description": "Not found."},
+    401: {"model": ErrorOut, "description": "Missing, malformed, unknown or revoked API key."},
+    403: {"model": ErrorOut, "description": "The key's role may not do this."},
+    404: {"model": ErrorOut, "description": "Not found (or not visible to this tenant)."},
     413: {"model": ErrorOut, "description": "Body over the size limit."},
     422: {"model": ErrorOut, "description": "Body does not match the schema."},
+    429: {"model": ErrorOut, "description": "Rate limit for this key exceeded; see Retry-After."},
 }

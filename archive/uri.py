@@ -17,6 +17,7 @@ It never merges distinct resources: ``www.`` and trailing slashes are kept, ``%2
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ KEY_VERSION = 1  # bump when the lookup key rules change (keys are stored)
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _FORBIDDEN = re.compile(r"[\x00-\x20\x7f<>\"\\^`{|}]")
+_REFUSED = frozenset('<>"\\')
 _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -55,8 +57,11 @@ def parse_uri_r(raw: str, internal_schemes: Iterable[str] = ("kb",)) -> URIR:
         raise InvalidURI("URI-R is empty")
     if len(raw) > MAX_URI_LENGTH:
         raise InvalidURI(f"URI-R is longer than {MAX_URI_LENGTH} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F or ch.isspace() for ch in raw):
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch.isspace() for ch in raw):
         raise InvalidURI("URI-R contains whitespace or control characters")
+    if any(ch in _REFUSED for ch in raw):
+        # Never legal in a URI and dangerous wherever a URI is echoed (headers, HTML).
+        raise InvalidURI("URI-R contains '<', '>', '\"' or '\\'")
     scheme, sep, rest = raw.partition(":")
     if not sep or not _SCHEME.fullmatch(scheme):
         raise InvalidURI("URI-R must be absolute (scheme:…)")
@@ -93,8 +98,9 @@ def _web_key(scheme: str, rest: str) -> str:
     key = f"{scheme}://{host}{port_part}{path}"
     # An empty query ("…/search?") cannot travel in a TimeGate path (the server sees no
     # query either way), so for lookups it is the same resource as no query at all.
-    if query:
-        key += "?" + _sorted_query(query)
+    normalised_query = _sorted_query(query) if query else ""
+    if normalised_query:
+        key += "?" + normalised_query
     return key
 
 
@@ -115,6 +121,10 @@ def _parse_authority(authority: str) -> tuple[str, int | None]:
         if end < 0:
             raise InvalidURI("URI-R has an unterminated IPv6 literal")
         host, port_text = authority[: end + 1].lower(), authority[end + 1 :]
+        try:
+            host = f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
+        except ValueError:
+            raise InvalidURI("URI-R has an invalid IPv6 literal") from None
         if port_text and not port_text.startswith(":"):
             raise InvalidURI("URI-R has garbage after the IPv6 literal")
         port_text = port_text[1:]
@@ -130,22 +140,42 @@ def _parse_authority(authority: str) -> tuple[str, int | None]:
     return host, int(port_text)
 
 
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_\-]{0,61}[a-z0-9_])?")
+_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+
+
 def _idna_host(host: str) -> str:
     host = _PCT.sub(lambda m: chr(int(m.group(1), 16)) if int(m.group(1), 16) < 0x80 else m.group(0), host)
-    host = host.rstrip(".") if host.endswith(".") and host != "." else host
+    host = host[:-1] if host.endswith(".") else host  # the root label is implied
     if not host:
         return host
-    if host.isascii():
-        if not re.fullmatch(r"[A-Za-z0-9\-._~!$&'()*+,;=]+", host):
-            raise InvalidURI("URI-R host has characters a host name cannot have")
-        return host.lower()
+    if _IPV4.fullmatch(host):
+        if any(int(octet) > 255 for octet in host.split(".")):
+            raise InvalidURI("URI-R host is not a valid IPv4 address")
+        return host
     try:
-        return ".".join(
-            label.encode("idna").decode("ascii") if not label.isascii() else label.lower()
+        labels = [
+            label.lower() if label.isascii() else label.encode("idna").decode("ascii")
             for label in host.split(".")
-        )
+        ]
     except UnicodeError as exc:
         raise InvalidURI("URI-R host is not a valid internationalised domain name") from exc
+    for label in labels:
+        _check_label(label)
+    result = ".".join(labels)
+    if len(result) > 253:
+        raise InvalidURI("URI-R host name is longer than 253 characters")
+    return result
+
+
+def _check_label(label: str) -> None:
+    if not _LABEL.fullmatch(label):
+        raise InvalidURI("URI-R host has an empty, over-long or malformed label")
+    if label.startswith("xn--"):
+        try:
+            label.encode("ascii").decode("idna")
+        except UnicodeError as exc:
+            raise InvalidURI("URI-R host has an invalid punycode (xn--) label") from exc
 
 
 def _normalise_escapes(text: str, *, keep: str) -> str:

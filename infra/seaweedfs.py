@@ -60,6 +60,10 @@ _FIXED_FLAGS = (
     "-s3.autoCreateBucket=false",
     "-s3.allowDeleteBucketNotEmpty=false",
     "-volume.preStopSeconds=0",  # a throwaway server need not drain before exiting
+    # Each bucket grows its own volumes; small volumes and a generous cap keep a long test
+    # session (many buckets) from running out while using little disk.
+    "-master.volumeSizeLimitMB=64",
+    "-volume.max=1000",
 )
 
 

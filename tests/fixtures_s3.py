@@ -146,13 +146,28 @@ def seaweedfs_bucket(seaweedfs_server: seaweedfs_infra.SeaweedFS) -> S3Bucket:
     return S3Bucket(client, name, server.endpoint_url, True, server.access_key, server.secret_key)
 
 
+@pytest.fixture(scope="session")
+def shared_seaweedfs_bucket(seaweedfs_server: seaweedfs_infra.SeaweedFS) -> str:
+    """One versioned bucket for the archive/API suites, which use a prefix per test.
+
+    SeaweedFS grows several volumes per bucket (collection); a bucket per test would run the
+    server out of volumes across a few hundred tests.
+    """
+    server = seaweedfs_server
+    client = s3_client(server.endpoint_url, server.access_key, server.secret_key)
+    name = unique_bucket_name()
+    client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    return name
+
+
 @pytest.fixture()
 def seaweedfs_settings(
     seaweedfs_server: seaweedfs_infra.SeaweedFS,
-    seaweedfs_bucket: S3Bucket,
+    shared_seaweedfs_bucket: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Settings:
-    return s3_settings_for(seaweedfs_server, seaweedfs_bucket.name, monkeypatch)
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    return s3_settings_for(seaweedfs_server, shared_seaweedfs_bucket, monkeypatch, prefix=prefix)
 
 
 @pytest.fixture()
