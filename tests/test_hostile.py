@@ -127,3 +127,27 @@ def test_error_bodies_never_echo_captured_text(client: Any) -> None:
         assert 400 <= response.status_code < 500
         assert secret not in response.text
         assert "078-05-1120" not in response.text
+
+
+def test_captured_text_never_reaches_logs(client: Any, archive: Archive, caplog: pytest.LogCaptureFixture) -> None:
+    """Every path that logs (success, refusals, integrity failure) stays free of content."""
+    import logging
+
+    from archive.blobstore.local import LocalBlobStore
+
+    secret = "PATIENT Jane Roe, DOB 1970-01-01, diagnosis confidential"
+    caplog.set_level(logging.DEBUG)
+    made = client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain"})
+    assert made.status_code == 201
+    client.get(made.json()["uri_m"])
+    client.post("/api/v1/mementos", json={"uri_r": "bad", "content": secret, "content_type": "text/plain"})
+    client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain",
+                                          "captured_at": "2999-01-01T00:00:00Z"})
+    if isinstance(archive.blobs, LocalBlobStore):  # force the loudest path: an integrity error
+        memento = archive.get_memento("default", made.json()["id"])
+        archive.blobs.path_for(memento.content_hash).write_bytes(secret.encode() + b" tampered")
+        assert client.get(made.json()["uri_m"]).status_code == 500
+        assert any(r.levelno >= logging.ERROR for r in caplog.records)
+    assert caplog.records, "nothing was logged: the test would prove nothing"
+    assert "Jane Roe" not in caplog.text
+    assert "diagnosis" not in caplog.text
