@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import admin, errors, mementos, timetravel
+from api import admin, errors, mementos, timetravel, transcripts
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
@@ -60,6 +60,7 @@ def create_app(
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(mementos.router)
     app.include_router(timetravel.router)
+    app.include_router(transcripts.router)
     app.include_router(admin.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])

@@ -16,10 +16,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archive import exceptions as exc
+from archive.citations import CitationsRejected
+from archive.transcripts import RetentionShortened
 
 log = logging.getLogger("amber.api")
 
 STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
+    (CitationsRejected, 422),
+    (RetentionShortened, 409),
     (exc.PayloadTooLarge, 413),
     (exc.InvalidInput, 400),
     (exc.NotFound, 404),
@@ -54,7 +58,10 @@ async def _amber_error(request: Request, error: Exception) -> JSONResponse:
         log.error("%s on %s %s: %s", error.code, request.method, request.url.path, error.message)
     headers = _headers_for(error)
     detail = {k: v for k, v in error.detail.items() if isinstance(v, str | int | float | bool)}
-    return JSONResponse(error_body(error.code, error.message, detail), status, headers=headers)
+    body = error_body(error.code, error.message, detail)
+    if isinstance(error, CitationsRejected):
+        body["errors"] = [vars(e) for e in error.errors]
+    return JSONResponse(body, status, headers=headers)
 
 
 def _headers_for(error: exc.AmberError) -> dict[str, str] | None:

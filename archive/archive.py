@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
+from archive.citations import CitationDesk
 from archive.committer import GroupCommitter
 from archive.config import Settings
 from archive.dates import utc_now
@@ -36,6 +37,7 @@ from archive.mementos import (
     memento_id,
     select_headers,
 )
+from archive.transcripts import TranscriptBook
 from archive.uri import URIR, parse_uri_r
 
 # Clocks of agents and server are never perfectly in step; a capture stamped this far
@@ -89,6 +91,8 @@ class Archive:
         self.index = index
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
+        self.transcripts = TranscriptBook(index, settings.citations)
+        self.citations = CitationDesk(self)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch
         )
@@ -125,7 +129,7 @@ class Archive:
                 return self._replay(tenant, replay)
         uri = parse_uri_r(request.uri_r, self.settings.internal_schemes)
         archived_at = utc_now()
-        captured_at = self._check_captured_at(request.captured_at, archived_at)
+        captured_at = self.check_captured_at(request.captured_at, archived_at)
         media_type = check_media_type(request.content_type)
         if len(request.content) > self.settings.max_body_bytes:
             raise PayloadTooLarge("content is larger than the configured limit")
@@ -193,7 +197,7 @@ class Archive:
         memento = self.get_memento(tenant, str(stored.body["memento_id"]))
         return WriteResult(memento, stored.status_code == 201)
 
-    def _check_captured_at(self, claimed: datetime | None, archived_at: datetime) -> datetime:
+    def check_captured_at(self, claimed: datetime | None, archived_at: datetime) -> datetime:
         if claimed is None:
             return archived_at.replace(microsecond=0)
         if claimed.tzinfo is None:

@@ -32,23 +32,27 @@ class GroupCommitter(Generic[T, R]):
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[tuple[T, Future[R]] | object] = queue.SimpleQueue()
         self._closed = False
+        self._closing = threading.Lock()  # makes "check closed, then enqueue" atomic
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, item: T) -> R:
         """Queue ``item`` and block until the batch holding it has committed."""
-        if self._closed:
-            raise RuntimeError("committer is closed")
         future: Future[R] = Future()
-        self._queue.put((item, future))
+        with self._closing:
+            if self._closed:
+                raise RuntimeError("committer is closed")
+            self._queue.put((item, future))
         return future.result()
 
     def close(self) -> None:
         """Commit what is queued, then stop the worker."""
-        if not self._closed:
+        with self._closing:
+            if self._closed:
+                return
             self._closed = True
-            self._queue.put(_STOP)
-            self._thread.join()
+            self._queue.put(_STOP)  # after every item that passed the closed check
+        self._thread.join()
 
     def _run(self) -> None:
         while True:
@@ -73,7 +77,9 @@ class GroupCommitter(Generic[T, R]):
     def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
         try:
             results = self._commit_batch([item for item, _ in batch])
-        except BaseException as exc:
+            if len(results) != len(batch):
+                raise RuntimeError("commit_batch returned the wrong number of results")
+        except BaseException as exc:  # handed to the waiting callers, never lost
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)
                 return

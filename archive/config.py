@@ -13,6 +13,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -20,6 +21,56 @@ from urllib.parse import urlsplit, urlunsplit
 from archive.exceptions import ConfigurationError
 
 ENV_PREFIX = "AMBER_"
+
+
+@dataclass(frozen=True)
+class CitationPolicy:
+    """The ``[citations]`` section of the config file (DESIGN.md, citations issue).
+
+    - ``required``: an answer with no valid citation is refused (or degraded) by the SDK.
+    - ``evidence_sources``: tools whose output counts as evidence.
+    - ``allow_search_results_as_evidence``: let ``search.*`` results count (default never).
+    - ``fail_closed``: one invalid citation rejects the whole request, storing nothing.
+    - ``attach_snapshot_hash``: rendered citations carry passage and quote hashes.
+    - ``retention_days``: grace period for evidence no transcript cites.
+    - ``keep_document``: also keep the whole cited document as a memento.
+    - ``context_chars``: context kept on each side of a quote in the passage memento.
+    - ``max_quote_chars`` / ``max_citations_per_request``: input limits.
+    - ``policies``: named retention policies → ISO 8601 durations (``default`` = grace).
+    """
+
+    required: bool = True
+    evidence_sources: tuple[str, ...] = ("http.get", "kb.read")
+    allow_search_results_as_evidence: bool = False
+    fail_closed: bool = True
+    attach_snapshot_hash: bool = True
+    retention_days: int = 14
+    keep_document: bool = False
+    context_chars: int = 200
+    max_quote_chars: int = 4000
+    max_citations_per_request: int = 100
+    policies: Mapping[str, str] = field(default_factory=lambda: {"regulated": "P7Y"})
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> CitationPolicy:
+        known = {f.name for f in fields(cls)}
+        unknown = set(section) - known
+        if unknown:
+            raise ConfigurationError(f"unknown [citations] keys: {', '.join(sorted(unknown))}")
+        values = dict(section)
+        if "evidence_sources" in values:
+            values["evidence_sources"] = tuple(values["evidence_sources"])
+        policy = cls(**values)
+        if policy.context_chars < 0 or policy.max_quote_chars < 1 or policy.retention_days < 0:
+            raise ConfigurationError("[citations] limits must be positive")
+        return policy
+
+    def tool_is_evidence(self, tool: str | None) -> bool:
+        if tool is None:
+            return False
+        if tool.startswith("search.") or tool == "search":
+            return self.allow_search_results_as_evidence
+        return tool in self.evidence_sources
 
 
 @dataclass(frozen=True)
@@ -60,8 +111,13 @@ class Settings:
             raise ConfigurationError("AMBER_S3_SSE must be 'AES256' or 'aws:kms'")
         if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
             raise ConfigurationError("AMBER_S3_SSE_KMS_KEY_ID needs AMBER_S3_SSE=aws:kms")
+        CitationPolicy.from_section(self.extra.get("citations", {}))  # fail at start, not later
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
+
+    @cached_property
+    def citations(self) -> CitationPolicy:
+        return CitationPolicy.from_section(self.extra.get("citations", {}))
 
     @property
     def resolved_database_url(self) -> str:

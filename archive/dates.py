@@ -11,20 +11,21 @@ All datetimes inside Amber are timezone-aware UTC.
 
 from __future__ import annotations
 
+import calendar
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from archive.exceptions import InvalidDatetime
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _RFC1123 = re.compile(
-    r"(?P<wd>Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<d>\d{2}) (?P<mon>[A-Z][a-z]{2}) (?P<y>\d{4}) "
-    r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2}) GMT"
+    r"(?P<wd>Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<d>[0-9]{2}) (?P<mon>[A-Z][a-z]{2}) (?P<y>[0-9]{4}) "
+    r"(?P<h>[0-9]{2}):(?P<mi>[0-9]{2}):(?P<s>[0-9]{2}) GMT"
 )
 _RFC3339 = re.compile(
-    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?P<frac>\.\d{1,9})?"
-    r"(?P<tz>[Zz]|[+\-]\d{2}:\d{2})"
+    r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?P<frac>\.[0-9]{1,9})?(?P<tz>[Zz]|[+\-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 )
 
 
@@ -58,7 +59,9 @@ def parse_rfc1123(text: str) -> datetime:
 
 def to_rfc3339(moment: datetime) -> str:
     moment = moment.astimezone(UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    # f-string, not strftime: glibc does not zero-pad years below 1000.
+    text = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+            f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}")
     if moment.microsecond:
         text += f".{moment.microsecond:06d}"
     return text + "Z"
@@ -73,10 +76,46 @@ def parse_rfc3339(text: str) -> datetime:
     tz = "+00:00" if match["tz"] in ("Z", "z") else match["tz"]
     try:
         moment = datetime.fromisoformat(f"{match['date']}T{match['time']}{frac}{tz}")
-    except ValueError as exc:
-        raise InvalidDatetime("datetime is not a real calendar date or time") from exc
-    return moment.astimezone(UTC)
+        return moment.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidDatetime("datetime is not a real (representable) date or time") from exc
 
 
 def to_14digit(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%d%H%M%S")
+    return to_rfc3339(moment.replace(microsecond=0))[:19].replace("-", "").replace(":", "").replace("T", "")
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)S)?)?"
+)
+
+
+def add_iso8601_duration(start: datetime, duration: str) -> datetime:
+    """``start`` plus an ISO 8601 duration (``P7Y``, ``P30D``, ``PT10S``, ``P1Y2M3DT4H``).
+
+    Years and months are calendar arithmetic (7 years after 29 Feb is 28 Feb), the rest is
+    exact. Fractions and negative durations are refused: retention only counts forward.
+    """
+    match = _DURATION.fullmatch(duration) if isinstance(duration, str) else None
+    if not match or duration in ("P", "PT") or duration.endswith("T"):
+        raise InvalidDatetime("retention must be an ISO 8601 duration such as 'P7Y' or 'PT10S'")
+    parts = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    months = parts.get("years", 0) * 12 + parts.get("months", 0)
+    if months > 12 * 1000:
+        raise InvalidDatetime("retention longer than 1000 years")
+    moved = _add_months(start, months)
+    try:
+        return moved + timedelta(
+            weeks=parts.get("weeks", 0), days=parts.get("days", 0), hours=parts.get("hours", 0),
+            minutes=parts.get("minutes", 0), seconds=parts.get("seconds", 0),
+        )
+    except OverflowError as exc:
+        raise InvalidDatetime("retention duration is out of range") from exc
+
+
+def _add_months(start: datetime, months: int) -> datetime:
+    index = start.month - 1 + months
+    year, month = start.year + index // 12, index % 12 + 1
+    day = min(start.day, calendar.monthrange(year, month)[1])
+    return start.replace(year=year, month=month, day=day)

@@ -116,7 +116,7 @@ class Index:
         if not batch:
             return []
         self.ensure_tenants(connection, {m.tenant for m in batch})
-        self._insert_ignoring(
+        self.insert_ignoring(
             connection,
             blobs,
             [
@@ -127,7 +127,7 @@ class Index:
             conflict=["address"],
         )
         unique = {m.id: m for m in batch}
-        inserted = self._insert_ignoring(
+        inserted = self.insert_ignoring(
             connection, mementos, [_memento_row(m) for m in unique.values()],
             conflict=["id"], returning=mementos.c.id,
         )
@@ -146,7 +146,7 @@ class Index:
         now: datetime,
     ) -> StoredResponse:
         """Record the first answer for ``key``; if one exists already, return that one."""
-        self._insert_ignoring(
+        self.insert_ignoring(
             connection,
             idempotency_keys,
             [{"tenant": tenant, "key": key, "request_hash": response.request_hash,
@@ -160,12 +160,12 @@ class Index:
         return stored
 
     def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
-        self._insert_ignoring(
+        self.insert_ignoring(
             connection, tenants, [{"id": n, "created_at": utc_now()} for n in sorted(names)],
             conflict=["id"],
         )
 
-    def _insert_ignoring(
+    def insert_ignoring(
         self, connection: Connection, table: Any, rows: list[dict[str, Any]], *,
         conflict: list[str], returning: Any = None,
     ) -> set[Any]:
@@ -269,6 +269,11 @@ class Index:
     def _one(self, connection: Connection, where: Any, order: tuple[Any, ...]) -> Memento | None:
         row = connection.execute(select(mementos).where(where).order_by(*order).limit(1)).first()
         return _memento_from(row) if row else None
+
+    def load_mementos(self, connection: Connection, tenant: str, ids: Sequence[str]) -> list[Memento]:
+        if not ids:
+            return []
+        return self._load(connection, and_(mementos.c.tenant == tenant, mementos.c.id.in_(list(set(ids)))))
 
     def _load(self, connection: Connection, where: Any) -> list[Memento]:
         return [_memento_from(row) for row in connection.execute(select(mementos).where(where))]

@@ -7,8 +7,10 @@ early, add a parameter, or inject a header line.
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from archive.uri import to_ascii_uri
 
@@ -48,3 +50,56 @@ def _quote(value: str) -> str:
     # Only printable ASCII belongs in a header value; replace rather than fail the response.
     cleaned = "".join(ch if " " <= ch < "\x7f" else " " for ch in value)
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def robust_link(uri_r: str, uri_m: str, version_date: datetime, *, text: str | None = None,
+                extra: dict[str, str] | None = None) -> str:
+    """A Robust Link (robustlinks.mementoweb.org): the original in ``href`` plus the memento.
+
+    Every attribute value is HTML-escaped, so no URI-R can break out of the tag.
+    """
+    attributes = {
+        "href": uri_r,
+        "data-originalurl": uri_r,
+        "data-versionurl": uri_m,
+        "data-versiondate": version_date.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **(extra or {}),
+    }
+    rendered = " ".join(f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
+    return f"<a {rendered}>{html.escape(text if text is not None else uri_r)}</a>"
+
+
+_FRAGMENT_SAFE = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~!$'()*+;=:@/?"
+)
+_FRAGMENT_WORDS = 6  # words kept at each end of a long quote (textStart,textEnd)
+
+
+def text_fragment_url(uri_r: str, exact: str, prefix: str = "", suffix: str = "") -> str:
+    """``uri_r#:~:text=[prefix-,]start[,end][,-suffix]`` (WICG Scroll to Text Fragment).
+
+    '-', ',' and '&' are syntax inside the directive, so they are always percent-encoded
+    along with everything outside the fragment-safe set. Long quotes use start,end.
+    """
+    base = uri_r.split("#", 1)[0]
+    words = exact.split()
+    if not words:
+        return base
+    if len(words) > 2 * _FRAGMENT_WORDS:
+        body = _encode_fragment(" ".join(words[:_FRAGMENT_WORDS])) + "," + _encode_fragment(
+            " ".join(words[-_FRAGMENT_WORDS:]))
+    else:
+        body = _encode_fragment(" ".join(words))
+    before, after = prefix.split()[-1:], suffix.split()[:1]
+    if before:
+        body = _encode_fragment(before[0]) + "-," + body
+    if after:
+        body = body + ",-" + _encode_fragment(after[0])
+    return f"{to_ascii_uri(base)}#:~:text={body}"
+
+
+def _encode_fragment(text: str) -> str:
+    return "".join(
+        ch if ch in _FRAGMENT_SAFE else "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
+        for ch in text
+    )

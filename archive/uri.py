@@ -11,6 +11,10 @@ preserve identity, plus query-parameter order:
 - query parameters sorted by name (stable, so repeated names keep their order);
 - the fragment dropped (it never reaches the server), and an empty query (``?``).
 
+Characters that are never legal in a URI and dangerous where URIs are echoed (``<``,
+``>``, ``"``, ``\\``, controls, lone surrogates) are refused outright; a trailing dot in
+the host is dropped (``example.com.`` is ``example.com``).
+
 It never merges distinct resources: ``www.`` and trailing slashes are kept, ``%2F`` stays
 ``%2F`` (it is not ``/``), and case in path and query is preserved.
 """
@@ -58,6 +62,8 @@ def parse_uri_r(raw: str, internal_schemes: Iterable[str] = ("kb",)) -> URIR:
     if len(raw) > MAX_URI_LENGTH:
         raise InvalidURI(f"URI-R is longer than {MAX_URI_LENGTH} characters")
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch.isspace() for ch in raw):
+        raise InvalidURI("URI-R contains whitespace or control characters")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in raw):
         raise InvalidURI("URI-R contains whitespace or control characters")
     if any(ch in _REFUSED for ch in raw):
         # Never legal in a URI and dangerous wherever a URI is echoed (headers, HTML).
@@ -135,7 +141,7 @@ def _parse_authority(authority: str) -> tuple[str, int | None]:
         raise InvalidURI("URI-R has no host")
     if port_text == "":
         return host, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 0 < int(port_text) < 65536:
         raise InvalidURI("URI-R has an invalid port")
     return host, int(port_text)
 
@@ -227,4 +233,6 @@ def _needs_encoding(ch: str) -> bool:
 
 
 def _encode_char(ch: str) -> str:
-    return "".join(f"%{byte:02X}" for byte in ch.encode("utf-8"))
+    # surrogatepass: a lone surrogate (refused as a URI-R, but possible elsewhere) must not
+    # crash a response that echoes it.
+    return "".join(f"%{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))

@@ -43,6 +43,9 @@ def world(settings: Settings, archive: Archive) -> Iterator[World]:
             headers={"Authorization": f"Bearer {keys[('default', Role.AGENT)]}"},
         )
         assert made.status_code == 201
+        opened = client.put("/api/v1/transcripts/t-auth", json={},
+                            headers={"Authorization": f"Bearer {keys[('default', Role.AGENT)]}"})
+        assert opened.status_code == 201
         yield World(client, archive, keys, made.json())
 
 
@@ -74,6 +77,12 @@ CASES = [
     RouteCase("HEAD", "/timemap/link/{uri_r:path}", f"/timemap/link/{URI_R}", READERS, 200, 404),
     RouteCase("GET", "/timemap/json/{uri_r:path}", f"/timemap/json/{URI_R}", READERS, 200, 404),
     RouteCase("HEAD", "/timemap/json/{uri_r:path}", f"/timemap/json/{URI_R}", READERS, 200, 404),
+    RouteCase("PUT", "/api/v1/transcripts/{transcript_id}", "/api/v1/transcripts/t-auth", AGENT, 200, 201, {}),
+    RouteCase("GET", "/api/v1/transcripts/{transcript_id}", "/api/v1/transcripts/t-auth", READERS, 200, 404),
+    RouteCase("POST", "/api/v1/transcripts/{transcript_id}/citations", "/api/v1/transcripts/t-auth/citations",
+              AGENT, 201, 404, {"citations": [{"quote": {"exact": "evidence"}, "source": {
+                  "uri_r": "https://ex.org/e", "content": "the evidence", "content_type": "text/plain",
+                  "tool": "http.get"}}]}),
     RouteCase("POST", "/api/v1/keys", "/api/v1/keys", ADMIN, 201, 201, {"role": "auditor"}),
     RouteCase("GET", "/api/v1/keys", "/api/v1/keys", ADMIN, 200, 200),
     RouteCase("DELETE", "/api/v1/keys/{key_id}", "/api/v1/keys/{key_id}", ADMIN, 200, 404),

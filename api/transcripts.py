@@ -1,0 +1,257 @@
+"""Transcripts and citations: the path agents take at citation time, and auditors later."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
+
+from api.auth import READERS, audit_read, require
+from api.deps import get_archive, get_urls
+from api.models import ERROR_RESPONSES
+from api.urls import Urls
+from archive.archive import Archive
+from archive.citations import Citation, CitationRequest, CiteResult, QuoteRequest, SourceRequest
+from archive.dates import parse_rfc3339, to_rfc3339
+from archive.exceptions import InvalidContent, InvalidInput
+from archive.hashing import content_address
+from archive.keys import Principal, Role
+from archive.links import robust_link, text_fragment_url
+from archive.transcripts import Transcript
+
+router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])
+writers = require(Role.AGENT)
+readers = require(*READERS)
+TranscriptId = Annotated[str, Path(max_length=128, description="Your id for the conversation.")]
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+class RetainUntil(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retain_until: str = Field(max_length=40, description="RFC 3339")
+
+
+class TranscriptIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retention: str | RetainUntil | None = Field(
+        default=None, description="A policy name ('regulated', 'default'), an ISO 8601 duration "
+        "('P7Y', counted from creation) or {retain_until}. Extending only.",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Free-form: run id, agent, customer.")
+
+
+class QuoteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    exact: str = Field(max_length=200_000)
+    prefix: str | None = Field(default=None, max_length=1000)
+    suffix: str | None = Field(default=None, max_length=1000)
+    position: int | None = Field(default=None, ge=0, le=2**31)
+
+
+class SourceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    uri_r: str = Field(max_length=8192)
+    content: str | None = None
+    content_base64: str | None = None
+    content_type: str = Field(max_length=255)
+    captured_at: str | None = Field(default=None, max_length=40)
+    tool: str | None = Field(default=None, max_length=200)
+    final_url: str | None = Field(default=None, max_length=8192)
+    http_status: int | None = Field(default=None, ge=100, le=599)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+    @model_validator(mode="after")
+    def _one_content(self) -> SourceIn:
+        if (self.content is None) == (self.content_base64 is None):
+            raise ValueError("give exactly one of 'content' and 'content_base64'")
+        return self
+
+
+class CitationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    memento_id: str | None = Field(default=None, max_length=64)
+    source: SourceIn | None = None
+    source_id: str | None = Field(default=None, max_length=200, description="The agent's evidence id.")
+    quote: QuoteIn
+
+
+class CitationsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    citations: list[CitationIn] = Field(max_length=1000)
+    fail_closed: bool | None = Field(default=None, description="Default from configuration (true).")
+    run_id: str | None = Field(default=None, max_length=200)
+
+
+class CitationOut(BaseModel):
+    id: str
+    uri_m: str = Field(description="The passage memento.")
+    uri_r: str
+    memento_datetime: str
+    passage_hash: str
+    document_hash: str
+    document_uri_m: str | None = Field(description="Null unless the document was kept.")
+    quote_hash: str
+    selector: list[dict[str, Any]] | None
+    robust_link: str
+    text_fragment_url: str | None
+    extractor: str
+    extractor_version: str
+    normalisation: str
+    match_method: Literal["exact", "normalised"] | str
+    run_id: str | None
+    source_ids: list[str]
+    created_at: str
+
+
+class CitationErrorOut(BaseModel):
+    index: int
+    reason: str
+    detail: str
+
+
+class CitationsOut(BaseModel):
+    citations: list[CitationOut]
+    errors: list[CitationErrorOut] = Field(default_factory=list)
+
+
+class TranscriptOut(BaseModel):
+    id: str
+    created_at: str
+    updated_at: str
+    retention: str
+    retain_until: str
+    labels: dict[str, str]
+    legal_hold: bool
+    citations: list[CitationOut]
+
+
+def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict[str, Any]:
+    uri_m = urls.memento(citation.passage.id)
+    selector = citation.selector
+    extra = {"data-amber-passage-hash": citation.passage.content_hash,
+             "data-amber-quote-hash": citation.quote_hash} if attach_hashes else None
+    return {
+        "id": citation.id, "uri_m": uri_m, "uri_r": citation.document_uri_r,
+        "memento_datetime": to_rfc3339(citation.passage.captured_at),
+        "passage_hash": citation.passage.content_hash, "document_hash": citation.document_hash,
+        "document_uri_m": urls.memento(citation.document_memento_id) if citation.document_memento_id else None,
+        "quote_hash": citation.quote_hash,
+        "selector": selector.as_web_annotation() if selector else None,
+        "robust_link": robust_link(citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra),
+        "text_fragment_url": (
+            text_fragment_url(citation.document_uri_r, selector.exact, selector.prefix, selector.suffix)
+            if selector and citation.passage.uri_r.startswith(("http:", "https:")) else None
+        ),
+        "extractor": citation.extractor, "extractor_version": citation.extractor_version,
+        "normalisation": citation.normalisation, "match_method": citation.match_method,
+        "run_id": citation.run_id, "source_ids": list(citation.source_ids),
+        "created_at": to_rfc3339(citation.created_at),
+    }
+
+
+def _render_transcript(transcript: Transcript, cited: list[Citation], urls: Urls, attach: bool) -> dict[str, Any]:
+    return {
+        "id": transcript.id, "created_at": to_rfc3339(transcript.created_at),
+        "updated_at": to_rfc3339(transcript.updated_at), "retention": transcript.retention,
+        "retain_until": to_rfc3339(transcript.retain_until), "labels": dict(transcript.labels),
+        "legal_hold": transcript.legal_hold,
+        "citations": [render_citation(c, urls, attach) for c in cited],
+    }
+
+
+@router.put("/{transcript_id}", response_model=TranscriptOut, status_code=201,
+            responses={200: {"model": TranscriptOut, "description": "Updated."},
+                       409: {"description": "Retention would be shortened."}, **ERROR_RESPONSES},
+            summary="Create or update a transcript (retention only ever extends here)")
+def put_transcript(
+    transcript_id: TranscriptId,
+    body: TranscriptIn,
+    principal: Annotated[Principal, Depends(writers)],
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+) -> JSONResponse:
+    retention = body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
+    written = archive.transcripts.put(principal.tenant, transcript_id, retention, body.labels)
+    cited = archive.citations.for_transcript(principal.tenant, transcript_id)
+    rendered = _render_transcript(written.transcript, cited, urls, archive.settings.citations.attach_snapshot_hash)
+    return JSONResponse(rendered, status_code=201 if written.created else 200)
+
+
+@router.get("/{transcript_id}", response_model=TranscriptOut, responses=ERROR_RESPONSES,
+            summary="A transcript with everything it cites")
+def get_transcript(
+    transcript_id: TranscriptId,
+    request: Request,
+    principal: Annotated[Principal, Depends(readers)],
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+) -> dict[str, Any]:
+    transcript = archive.transcripts.get(principal.tenant, transcript_id)
+    audit_read(request, principal, "transcript.read", transcript.id)
+    cited = archive.citations.for_transcript(principal.tenant, transcript_id)
+    return _render_transcript(transcript, cited, urls, archive.settings.citations.attach_snapshot_hash)
+
+
+def _content(source: SourceIn) -> bytes:
+    if source.content_base64 is not None:
+        try:
+            return base64.b64decode(source.content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidContent("source.content_base64 is not valid base64") from None
+    assert source.content is not None
+    try:
+        return source.content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidContent("source.content is not valid Unicode text") from None
+
+
+def _citation_request(item: CitationIn) -> CitationRequest:
+    source = None
+    if item.source is not None:
+        s = item.source
+        source = SourceRequest(
+            uri_r=s.uri_r, content=_content(s), content_type=s.content_type,
+            captured_at=parse_rfc3339(s.captured_at) if s.captured_at is not None else None,
+            tool=s.tool, final_url=s.final_url, http_status=s.http_status, headers=s.headers,
+        )
+    quote = QuoteRequest(item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position)
+    return CitationRequest(quote=quote, memento_id=item.memento_id, source=source, source_id=item.source_id)
+
+
+@router.post("/{transcript_id}/citations", response_model=CitationsOut, status_code=201,
+             responses={409: {"description": "Idempotency-Key reused for another request."},
+                        **ERROR_RESPONSES},
+             summary="Cite passages of captured evidence (fail-closed by default)")
+async def post_citations(
+    transcript_id: TranscriptId,
+    body: CitationsIn,
+    request: Request,
+    principal: Annotated[Principal, Depends(writers)],
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JSONResponse:
+    """Each citation names its evidence (``memento_id`` of a stored document, or the
+    captured ``source`` inline) and a ``quote``. 201 with one entry per citation in
+    request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
+    requests = [_citation_request(item) for item in body.citations]
+    request_hash = content_address(await request.body()) if idempotency_key else None
+    result: CiteResult = await run_in_threadpool(
+        archive.citations.cite, principal.tenant, transcript_id, requests,
+        fail_closed=body.fail_closed, run_id=body.run_id,
+        idempotency_key=idempotency_key, request_hash=request_hash,
+    )
+    attach = archive.settings.citations.attach_snapshot_hash
+    return JSONResponse(
+        {"citations": [render_citation(c, urls, attach) for c in result.citations],
+         "errors": [vars(e) for e in result.errors]},
+        status_code=201 if result.created else 200,
+    )

@@ -1,0 +1,462 @@
+"""Citations at the moment they are made: evidence, quote verification, fail-closed.
+
+For each citation in a request the desk resolves its evidence (a stored document memento,
+or the captured document inline), checks the capturing tool against the configured
+evidence sources (search results are never evidence unless configured), extracts the
+document's visible text with a named, versioned extractor, and finds the quote in it —
+exactly, or under the documented normalisation; never fuzzily. Only then does it store:
+the passage (quote plus context) as a ``passage`` memento, the document only by its facts
+unless ``keep_document`` is on, and the citation with its W3C selectors, all in one
+transaction after the blobs are durable. Fail-closed (the default): one invalid citation
+rejects the request and nothing is stored.
+
+Every decision is logged as one structured line with ids and hashes — never the quote or
+the captured text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import blake3
+from sqlalchemy import select
+
+from archive.config import CitationPolicy
+from archive.dates import utc_now
+from archive.exceptions import AmberError, IdempotencyConflict, InvalidInput, NotFound
+from archive.hashing import content_address
+from archive.index import StoredResponse
+from archive.mementos import (
+    CaptureFacts,
+    Memento,
+    Scope,
+    check_media_type,
+    memento_id,
+    select_headers,
+)
+from archive.quotes import (
+    NORMALISATION_VERSION,
+    PreparedText,
+    QuoteMatch,
+    locate,
+    prepare,
+    quote_hash,
+)
+from archive.schema import citations
+from archive.text import ExtractedText, extract_text
+from archive.uri import URIR, parse_uri_r
+
+log = logging.getLogger("amber.citations")
+
+PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
+_PREPARED_CACHE_SIZE = 32
+
+
+@dataclass(frozen=True)
+class QuoteRequest:
+    exact: str
+    prefix: str | None = None
+    suffix: str | None = None
+    position: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """A captured document handed over inline: what the tool really fetched."""
+
+    uri_r: str
+    content: bytes
+    content_type: str
+    captured_at: datetime | None = None
+    tool: str | None = None
+    final_url: str | None = None
+    http_status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CitationRequest:
+    quote: QuoteRequest
+    memento_id: str | None = None
+    source: SourceRequest | None = None
+    source_id: str | None = None  # the agent's own evidence id, for the audit trail
+
+
+@dataclass(frozen=True)
+class CitationError:
+    index: int
+    reason: str  # unknown_evidence, disallowed_tool, quote_not_found, quote_too_long, …
+    detail: str
+
+
+class CitationsRejected(InvalidInput):
+    """At least one citation is invalid and the request is fail-closed (or none is valid)."""
+
+    code = "citations_rejected"
+
+    def __init__(self, errors: Sequence[CitationError]) -> None:
+        super().__init__(f"{len(errors)} citation(s) rejected; nothing was stored")
+        self.errors = list(errors)
+
+
+@dataclass(frozen=True)
+class Selector:
+    exact: str
+    prefix: str
+    suffix: str
+    start: int
+    end: int
+
+    def as_web_annotation(self) -> list[dict[str, Any]]:
+        return [
+            {"type": "TextQuoteSelector", "exact": self.exact, "prefix": self.prefix,
+             "suffix": self.suffix},
+            {"type": "TextPositionSelector", "start": self.start, "end": self.end},
+        ]
+
+
+@dataclass(frozen=True)
+class Citation:
+    id: str
+    tenant: str
+    transcript_id: str
+    passage: Memento
+    document_memento_id: str | None
+    document_hash: str
+    document_size: int
+    document_media_type: str
+    document_uri_r: str
+    document_captured_at: datetime
+    document_facts: CaptureFacts
+    quote_hash: str
+    selector: Selector | None  # None once retention has tombstoned the text
+    extractor: str
+    extractor_version: str
+    normalisation: str
+    match_method: str
+    run_id: str | None
+    source_ids: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class CiteResult:
+    citations: list[Citation]
+    errors: list[CitationError]
+    created: bool
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    uri: URIR
+    content: bytes
+    media_type: str
+    captured_at: datetime
+    facts: CaptureFacts
+    document_hash: str
+    memento: Memento | None  # the stored document memento, when cited by id
+
+
+@dataclass(frozen=True)
+class _Planned:
+    index: int
+    request: CitationRequest
+    evidence: _Evidence
+    extracted: ExtractedText
+    match: QuoteMatch
+    passage_bytes: bytes
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class CitationDesk:
+    def __init__(self, archive: Any) -> None:
+        # ``archive`` is the Archive facade (blobs, index, memento reads); typed loosely to
+        # keep the import graph one-way (archive.archive imports this module).
+        self.archive = archive
+        self.index = archive.index
+        self.policy: CitationPolicy = archive.settings.citations
+        self._prepared_cache: OrderedDict[str, PreparedText] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- the citation path ---------------------------------------------------------------
+
+    def cite(
+        self,
+        tenant: str,
+        transcript_id: str,
+        requests: Sequence[CitationRequest],
+        *,
+        fail_closed: bool | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> CiteResult:
+        self.archive.transcripts.get(tenant, transcript_id)  # unknown transcript → 404
+        if idempotency_key is not None:
+            replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
+            if replay is not None:
+                return self._replay(tenant, replay)
+        if not requests:
+            raise InvalidInput("at least one citation is required")
+        if len(requests) > self.policy.max_citations_per_request:
+            raise InvalidInput(
+                f"at most {self.policy.max_citations_per_request} citations per request"
+            )
+        fail_closed = self.policy.fail_closed if fail_closed is None else fail_closed
+        planned, errors = self._plan(tenant, requests)
+        for error in errors:
+            self._log(tenant, transcript_id, run_id, requests[error.index], None, error.reason)
+        if errors and (fail_closed or not planned):
+            raise CitationsRejected(errors)
+        stored = self._store(tenant, transcript_id, planned, errors, run_id, idempotency_key, request_hash)
+        for plan, citation in zip(planned, stored.citations, strict=True):
+            self._log(tenant, transcript_id, run_id, plan.request, citation, "accepted")
+        return stored
+
+    def _plan(
+        self, tenant: str, requests: Sequence[CitationRequest]
+    ) -> tuple[list[_Planned], list[CitationError]]:
+        planned, errors = [], []
+        for number, request in enumerate(requests):
+            try:
+                planned.append(self._plan_one(tenant, number, request))
+            except _Rejected as rejected:
+                errors.append(CitationError(number, rejected.reason, rejected.detail))
+        return planned, errors
+
+    def _plan_one(self, tenant: str, number: int, request: CitationRequest) -> _Planned:
+        quote = request.quote
+        if not isinstance(quote.exact, str) or not quote.exact.strip():
+            raise _Rejected("empty_quote", "the quote is empty")
+        if len(quote.exact) > self.policy.max_quote_chars:
+            raise _Rejected("quote_too_long", f"quotes are at most {self.policy.max_quote_chars} characters")
+        evidence = self._evidence(tenant, request)
+        if not self.policy.tool_is_evidence(evidence.facts.tool):
+            raise _Rejected(
+                "disallowed_tool",
+                f"tool {evidence.facts.tool!r} is not an evidence source"
+                + (" (search results are never evidence)" if (evidence.facts.tool or "").startswith("search") else ""),
+            )
+        try:
+            extracted = extract_text(evidence.content, evidence.media_type, cache_key=evidence.document_hash)
+        except AmberError as error:
+            raise _Rejected("unreadable_document", error.message) from None
+        prepared = self._prepared(evidence.document_hash, extracted)
+        try:
+            match = locate(prepared, quote.exact, prefix=quote.prefix, suffix=quote.suffix, position=quote.position)
+        except AmberError as error:
+            raise _Rejected(getattr(error, "code", "quote_not_found"), error.message) from None
+        context = self.policy.context_chars
+        passage = extracted.text[max(0, match.start - context): match.end + context]
+        return _Planned(number, request, evidence, extracted, match, passage.encode("utf-8"))
+
+    def _prepared(self, document_hash: str, extracted: ExtractedText) -> PreparedText:
+        # Ten citations of one page prepare its text once (an agent cites a page in bursts).
+        key = f"{document_hash}:{extracted.extractor_version}"
+        with self._lock:
+            found = self._prepared_cache.get(key)
+            if found is not None:
+                self._prepared_cache.move_to_end(key)
+                return found
+        prepared = prepare(extracted.text, pdf=extracted.extractor == "amber-pdf")
+        with self._lock:
+            self._prepared_cache[key] = prepared
+            while len(self._prepared_cache) > _PREPARED_CACHE_SIZE:
+                self._prepared_cache.popitem(last=False)
+        return prepared
+
+    def _evidence(self, tenant: str, request: CitationRequest) -> _Evidence:
+        if (request.memento_id is None) == (request.source is None):
+            raise _Rejected("unknown_evidence", "name exactly one of memento_id and source")
+        if request.memento_id is not None:
+            try:
+                memento = self.archive.get_memento(tenant, request.memento_id)
+            except (NotFound, InvalidInput):
+                raise _Rejected("unknown_evidence", "no captured document with this memento id") from None
+            if memento.scope is not Scope.DOCUMENT:
+                raise _Rejected("unknown_evidence", "the memento is a passage, not a captured document")
+            return _Evidence(
+                uri=parse_uri_r(memento.uri_r, self.archive.settings.internal_schemes),
+                content=self.archive.read_content(memento), media_type=memento.media_type,
+                captured_at=memento.captured_at, facts=memento.facts,
+                document_hash=memento.content_hash, memento=memento,
+            )
+        source = request.source
+        assert source is not None
+        try:
+            uri = parse_uri_r(source.uri_r, self.archive.settings.internal_schemes)
+            media_type = check_media_type(source.content_type)
+            captured_at = self.archive.check_captured_at(source.captured_at, utc_now())
+            facts = CaptureFacts(tool=source.tool, final_url=source.final_url,
+                                 http_status=source.http_status, headers=select_headers(source.headers))
+        except InvalidInput as error:
+            raise _Rejected("invalid_source", error.message) from None
+        return _Evidence(uri, source.content, media_type, captured_at, facts,
+                         content_address(source.content), None)
+
+    # -- storing -------------------------------------------------------------------------
+
+    def _store(
+        self, tenant: str, transcript_id: str, planned: Sequence[_Planned],
+        errors: list[CitationError], run_id: str | None, idempotency_key: str | None,
+        request_hash: str | None,
+    ) -> CiteResult:
+        now = utc_now()
+        passages, documents, rows = [], [], []
+        for plan in planned:
+            passage = self._passage_memento(tenant, plan, now)
+            passages.append(passage)
+            document_id = plan.evidence.memento.id if plan.evidence.memento else None
+            if document_id is None and self.policy.keep_document:
+                document = self._document_memento(tenant, plan, now)
+                documents.append(document)
+                document_id = document.id
+            rows.append(self._citation_row(tenant, transcript_id, plan, passage, document_id, run_id, now))
+        with self.index.write() as connection:
+            self.index.insert_mementos(connection, [*documents, *passages])
+            self.index.insert_ignoring(connection, citations, rows, conflict=["id"])
+            created = True
+            if idempotency_key is not None:
+                first = self.index.remember_response(
+                    connection, tenant, idempotency_key,
+                    StoredResponse(request_hash or "", 201, {
+                        "citation_ids": [r["id"] for r in rows],
+                        "errors": [vars(e) for e in errors],
+                    }),
+                    now,
+                )
+                if first.request_hash != (request_hash or ""):
+                    raise IdempotencyConflict("this Idempotency-Key was already used for a different request")
+            stored = self._load(connection, tenant, [r["id"] for r in rows])
+        return CiteResult(stored, errors, created)
+
+    def _passage_memento(self, tenant: str, plan: _Planned, now: datetime) -> Memento:
+        blob = self.archive.blobs.put(plan.passage_bytes)
+        evidence = plan.evidence
+        return Memento(
+            id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
+            tenant=tenant, uri_r=evidence.uri.raw, urir_key=evidence.uri.key,
+            captured_at=evidence.captured_at, archived_at=now, content_hash=blob.address,
+            blob_version_id=blob.version_id, media_type=PASSAGE_MEDIA_TYPE, size=blob.size,
+            scope=Scope.PASSAGE, facts=evidence.facts,
+        )
+
+    def _document_memento(self, tenant: str, plan: _Planned, now: datetime) -> Memento:
+        evidence = plan.evidence
+        blob = self.archive.blobs.put(evidence.content)
+        return Memento(
+            id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
+            tenant=tenant, uri_r=evidence.uri.raw, urir_key=evidence.uri.key,
+            captured_at=evidence.captured_at, archived_at=now, content_hash=blob.address,
+            blob_version_id=blob.version_id, media_type=evidence.media_type, size=blob.size,
+            scope=Scope.DOCUMENT, facts=evidence.facts,
+        )
+
+    def _citation_row(
+        self, tenant: str, transcript_id: str, plan: _Planned, passage: Memento,
+        document_id: str | None, run_id: str | None, now: datetime,
+    ) -> dict[str, Any]:
+        evidence, match = plan.evidence, plan.match
+        identity = "\n".join((tenant, transcript_id, passage.id, str(match.start), str(match.end),
+                              evidence.document_hash))
+        selector = {"exact": match.exact, "prefix": match.prefix, "suffix": match.suffix}
+        return {
+            "id": blake3.blake3(identity.encode()).hexdigest()[:32],
+            "tenant": tenant, "transcript_id": transcript_id,
+            "passage_memento_id": passage.id, "document_memento_id": document_id,
+            "document_hash": evidence.document_hash, "document_size": len(evidence.content),
+            "document_media_type": evidence.media_type, "document_uri_r": evidence.uri.raw,
+            "document_captured_at": evidence.captured_at, "document_tool": evidence.facts.tool,
+            "document_final_url": evidence.facts.final_url,
+            "document_http_status": evidence.facts.http_status,
+            "document_headers_json": evidence.facts.headers_json(),
+            "quote_hash": quote_hash(plan.request.quote.exact),
+            "selector_json": json.dumps(selector, ensure_ascii=False),
+            "position_start": match.start, "position_end": match.end,
+            "extractor": plan.extracted.extractor,
+            "extractor_version": plan.extracted.extractor_version,
+            "normalisation": NORMALISATION_VERSION, "match_method": match.method,
+            "run_id": run_id,
+            "source_ids_json": json.dumps([plan.request.source_id] if plan.request.source_id else []),
+            "created_at": now,
+        }
+
+    # -- reading -------------------------------------------------------------------------
+
+    def for_transcript(self, tenant: str, transcript_id: str) -> list[Citation]:
+        with self.index.read() as connection:
+            rows = connection.execute(
+                select(citations.c.id)
+                .where(citations.c.tenant == tenant, citations.c.transcript_id == transcript_id)
+                .order_by(citations.c.created_at, citations.c.id)
+            ).scalars().all()
+            return self._load(connection, tenant, list(rows))
+
+    def _load(self, connection: Any, tenant: str, ids: list[str]) -> list[Citation]:
+        if not ids:
+            return []
+        found = {
+            row.id: row for row in connection.execute(
+                select(citations).where(citations.c.tenant == tenant, citations.c.id.in_(ids))
+            )
+        }
+        passages = {
+            m.id: m for m in self.index.load_mementos(connection, tenant, [r.passage_memento_id for r in found.values()])
+        }
+        return [_citation_from(found[i], passages[found[i].passage_memento_id]) for i in ids if i in found]
+
+    def _replay(self, tenant: str, stored: StoredResponse) -> CiteResult:
+        with self.index.read() as connection:
+            loaded = self._load(connection, tenant, list(stored.body["citation_ids"]))
+        errors = [CitationError(**e) for e in stored.body.get("errors", [])]
+        return CiteResult(loaded, errors, created=stored.status_code == 201)
+
+    def _log(
+        self, tenant: str, transcript_id: str, run_id: str | None, request: CitationRequest,
+        citation: Citation | None, verdict: str,
+    ) -> None:
+        # Ids, hashes and the verdict only: never the quote, never captured text.
+        log.info(json.dumps({
+            "event": "citation", "verdict": verdict, "tenant": tenant,
+            "transcript_id": transcript_id, "run_id": run_id, "source_id": request.source_id,
+            "memento_id": request.memento_id,
+            "citation_id": citation.id if citation else None,
+            "document_hash": citation.document_hash if citation else None,
+            "passage_hash": citation.passage.content_hash if citation else None,
+            "quote_hash": citation.quote_hash if citation else None,
+        }, sort_keys=True))
+
+
+def _citation_from(row: Any, passage: Memento) -> Citation:
+    selector = None
+    if row.selector_json is not None:
+        quoted = json.loads(row.selector_json)
+        selector = Selector(quoted["exact"], quoted["prefix"], quoted["suffix"],
+                            row.position_start, row.position_end)
+    return Citation(
+        id=row.id, tenant=row.tenant, transcript_id=row.transcript_id, passage=passage,
+        document_memento_id=row.document_memento_id, document_hash=row.document_hash,
+        document_size=row.document_size, document_media_type=row.document_media_type,
+        document_uri_r=row.document_uri_r, document_captured_at=row.document_captured_at,
+        document_facts=CaptureFacts(
+            tool=row.document_tool, final_url=row.document_final_url,
+            http_status=row.document_http_status, headers=json.loads(row.document_headers_json),
+        ),
+        quote_hash=row.quote_hash, selector=selector, extractor=row.extractor,
+        extractor_version=row.extractor_version, normalisation=row.normalisation,
+        match_method=row.match_method, run_id=row.run_id,
+        source_ids=tuple(json.loads(row.source_ids_json)), created_at=row.created_at,
+    )
