@@ -173,6 +173,37 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX citations_by_document ON citations (document_memento_id)",
         ),
     ),
+    Migration(
+        4,
+        "retention: expiry, deletion in place (tombstones), holds, blob states, admin log",
+        (
+            "ALTER TABLE mementos ADD COLUMN expires_at TIMESTAMP",
+            "ALTER TABLE mementos ADD COLUMN deleted_at TIMESTAMP",
+            "ALTER TABLE mementos ADD COLUMN deletion_reason TEXT",
+            "ALTER TABLE mementos ADD COLUMN legal_hold INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX mementos_by_expiry ON mementos (expires_at) WHERE deleted_at IS NULL",
+            "ALTER TABLE blobs ADD COLUMN state TEXT NOT NULL DEFAULT 'live'",
+            "ALTER TABLE blobs ADD COLUMN lock_until TIMESTAMP",
+            "ALTER TABLE blobs ADD COLUMN lock_legal_hold INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX blobs_by_state ON blobs (state) WHERE state <> 'live'",
+            """CREATE TABLE admin_log (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                key_id TEXT NOT NULL,
+                action TEXT NOT NULL,
+                target_kind TEXT NOT NULL,
+                target_id TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                detail_json TEXT NOT NULL,
+                at TIMESTAMP NOT NULL
+            )""",
+            "CREATE INDEX admin_log_by_time ON admin_log (tenant, at, id)",
+        ),
+        (
+            ("sqlite", _append_only_sqlite("admin_log")),
+            ("postgresql", _append_only_postgresql("admin_log")),
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

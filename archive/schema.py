@@ -58,6 +58,9 @@ blobs = Table(
     Column("size", BigInteger, nullable=False),
     Column("version_id", Text),
     Column("stored_at", UTCDateTime, nullable=False),
+    Column("state", Text, nullable=False, default="live"),  # live | deleting | deleted
+    Column("lock_until", UTCDateTime),  # S3 Object Lock retain-until applied to the object
+    Column("lock_legal_hold", Integer, nullable=False, default=0),
 )
 
 mementos = Table(
@@ -78,6 +81,10 @@ mementos = Table(
     Column("final_url", Text),
     Column("http_status", Integer),
     Column("headers_json", Text, nullable=False),
+    Column("expires_at", UTCDateTime),
+    Column("deleted_at", UTCDateTime),
+    Column("deletion_reason", Text),
+    Column("legal_hold", Integer, nullable=False, default=0),
 )
 
 idempotency_keys = Table(
@@ -156,4 +163,18 @@ citations = Table(
     Column("run_id", Text),
     Column("source_ids_json", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+admin_log = Table(
+    "admin_log",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("key_id", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target_kind", Text, nullable=False),
+    Column("target_id", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("detail_json", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
 )
