@@ -27,6 +27,8 @@ STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
     (exc.PayloadTooLarge, 413),
     (exc.InvalidInput, 400),
     (exc.NotFound, 404),
+    (exc.Gone, 410),
+    (exc.RetentionConflict, 409),
     (exc.Unauthenticated, 401),
     (exc.Forbidden, 403),
     (exc.RateLimited, 429),

@@ -17,8 +17,9 @@ from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk
 from archive.committer import GroupCommitter
 from archive.config import Settings
-from archive.dates import utc_now
+from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import (
+    Gone,
     IdempotencyConflict,
     InvalidDatetime,
     MementoNotFound,
@@ -80,6 +81,7 @@ class TimeMapPage:
 @dataclass(frozen=True)
 class _PendingWrite:
     memento: Memento
+    content: bytes  # kept until commit: a blob a sweep started deleting is stored again
     idempotency_key: str | None
     request_hash: str | None
 
@@ -103,7 +105,8 @@ class Archive:
         return cls(
             settings,
             open_blob_store(settings),
-            Index(settings.resolved_database_url, durable=settings.durable),
+            Index(settings.resolved_database_url, durable=settings.durable,
+                  grace=timedelta(days=settings.citations.retention_days)),
         )
 
     def close(self) -> None:
@@ -156,12 +159,18 @@ class Archive:
             scope=request.scope,
             facts=facts,
         )
-        return self._committer.submit(_PendingWrite(memento, idempotency_key, request_hash))
+        return self._committer.submit(
+            _PendingWrite(memento, request.content, idempotency_key, request_hash)
+        )
 
     def _commit_batch(self, batch: Sequence[_PendingWrite]) -> list[WriteResult | BaseException]:
         results: list[WriteResult | BaseException] = []
+        contents = {p.memento.content_hash: p.content for p in batch}
         with self.index.write() as connection:
-            outcomes = self.index.insert_mementos(connection, [p.memento for p in batch])
+            outcomes = self.index.insert_mementos(
+                connection, [p.memento for p in batch],
+                revive=lambda address: self.blobs.put(contents[address]),
+            )
             for pending, outcome in zip(batch, outcomes, strict=True):
                 results.append(self._settle(connection, pending, outcome))
         return results
@@ -169,6 +178,11 @@ class Archive:
     def _settle(
         self, connection: object, pending: _PendingWrite, outcome: WriteOutcome
     ) -> WriteResult | BaseException:
+        if outcome.memento.deleted_at is not None:
+            return Gone(
+                "this capture was stored before and has been deleted; URI-Ms are never reused",
+                memento_id=outcome.memento.id,
+            )
         if not outcome.memento.same_capture_as(pending.memento):
             return IdempotencyConflict(
                 "a memento of this URI-R with the same datetime and content already exists "
@@ -216,6 +230,13 @@ class Archive:
         memento = self.index.get_memento(tenant, memento_id_)
         if memento is None:
             raise MementoNotFound("no memento with this id")
+        if memento.deleted_at is not None:
+            raise Gone(
+                "this memento was deleted",
+                memento_id=memento.id, deleted_at=to_rfc3339(memento.deleted_at),
+                reason=memento.deletion_reason or "", content_hash=memento.content_hash,
+                memento_datetime=to_rfc3339(memento.captured_at),
+            )
         return memento
 
     def read_content(self, memento: Memento) -> bytes:

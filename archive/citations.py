@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 from archive.config import CitationPolicy
 from archive.dates import utc_now
-from archive.exceptions import AmberError, IdempotencyConflict, InvalidInput, NotFound
+from archive.exceptions import AmberError, Gone, IdempotencyConflict, InvalidInput, NotFound
 from archive.hashing import content_address
 from archive.index import StoredResponse
 from archive.mementos import (
@@ -51,6 +51,7 @@ from archive.quotes import (
 )
 from archive.schema import citations
 from archive.text import ExtractedText, extract_text
+from archive.transcripts import Transcript
 from archive.uri import URIR, parse_uri_r
 
 log = logging.getLogger("amber.citations")
@@ -204,7 +205,7 @@ class CitationDesk:
         idempotency_key: str | None = None,
         request_hash: str | None = None,
     ) -> CiteResult:
-        self.archive.transcripts.get(tenant, transcript_id)  # unknown transcript → 404
+        transcript = self.archive.transcripts.get(tenant, transcript_id)  # unknown → 404
         if idempotency_key is not None:
             replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
             if replay is not None:
@@ -221,7 +222,7 @@ class CitationDesk:
             self._log(tenant, transcript_id, run_id, requests[error.index], None, error.reason)
         if errors and (fail_closed or not planned):
             raise CitationsRejected(errors)
-        stored = self._store(tenant, transcript_id, planned, errors, run_id, idempotency_key, request_hash)
+        stored = self._store(tenant, transcript, planned, errors, run_id, idempotency_key, request_hash)
         for plan, citation in zip(planned, stored.citations, strict=True):
             self._log(tenant, transcript_id, run_id, plan.request, citation, "accepted")
         return stored
@@ -310,13 +311,18 @@ class CitationDesk:
     # -- storing -------------------------------------------------------------------------
 
     def _store(
-        self, tenant: str, transcript_id: str, planned: Sequence[_Planned],
+        self, tenant: str, transcript: Transcript, planned: Sequence[_Planned],
         errors: list[CitationError], run_id: str | None, idempotency_key: str | None,
         request_hash: str | None,
     ) -> CiteResult:
         now = utc_now()
+        transcript_id = transcript.id
         passages, documents, rows = [], [], []
+        contents: dict[str, bytes] = {}
         for plan in planned:
+            contents[content_address(plan.passage_bytes)] = plan.passage_bytes
+            if self.policy.keep_document:
+                contents[plan.evidence.document_hash] = plan.evidence.content
             passage = self._passage_memento(tenant, plan, now)
             passages.append(passage)
             document_id = plan.evidence.memento.id if plan.evidence.memento else None
@@ -326,8 +332,17 @@ class CitationDesk:
                 document_id = document.id
             rows.append(self._citation_row(tenant, transcript_id, plan, passage, document_id, run_id, now))
         with self.index.write() as connection:
-            self.index.insert_mementos(connection, [*documents, *passages])
+            outcomes = self.index.insert_mementos(
+                connection, [*documents, *passages],
+                revive=lambda address: self.archive.blobs.put(contents[address]),
+            )
+            if any(o.memento.deleted_at is not None for o in outcomes):
+                raise Gone("this passage was stored before and has been deleted; ids are never reused")
             self.index.insert_ignoring(connection, citations, rows, conflict=["id"])
+            # The cited evidence now lives at least as long as this transcript.
+            self.index.extend_expiry(
+                connection, tenant, [o.memento.id for o in outcomes], transcript.retain_until
+            )
             created = True
             if idempotency_key is not None:
                 first = self.index.remember_response(

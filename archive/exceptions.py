@@ -17,6 +17,8 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     ├── Unauthenticated               no key, a malformed, unknown or revoked key
     ├── Forbidden                     a valid key whose role may not do this
     ├── RateLimited                   the key's token bucket is empty (``retry_after``)
+    ├── Gone                          it existed and was deleted on schedule or erased (410)
+    ├── RetentionConflict             a retention change refused (legal hold, shortening)
     ├── IdempotencyConflict           an Idempotency-Key reused for a different request
     ├── IntegrityError                stored bytes no longer hash to their address: never served
     ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
@@ -94,6 +96,14 @@ class RateLimited(AmberError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message, retry_after_seconds=round(retry_after, 3))
         self.retry_after = retry_after
+
+
+class Gone(AmberError):
+    code = "gone"
+
+
+class RetentionConflict(AmberError):
+    code = "retention_conflict"
 
 
 class IdempotencyConflict(AmberError):

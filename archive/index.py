@@ -10,10 +10,10 @@ agree on one row. Both run the same queries and the same test suite.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ from sqlalchemy import (
     func,
     select,
     tuple_,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
-from archive.exceptions import ConfigurationError, IdempotencyConflict
+from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
 from archive.schema import blobs, idempotency_keys, mementos, tenants
@@ -65,6 +67,12 @@ class WriteOutcome:
     created: bool
 
 
+def _live_of(tenant: str, urir_key: str) -> Any:
+    # Deleted mementos (tombstones) leave TimeMaps and TimeGates; their URI-M answers 410.
+    return and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key,
+                mementos.c.deleted_at.is_(None))
+
+
 def _order_ascending() -> tuple[Any, ...]:
     # The TimeMap order: datetime, then documents before passages, then id (Contracts).
     return (mementos.c.captured_at.asc(), mementos.c.scope.asc(), mementos.c.id.asc())
@@ -79,8 +87,9 @@ def _position() -> Any:
 
 
 class Index:
-    def __init__(self, url: str, *, durable: bool = True) -> None:
+    def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
         self.url = _driver_url(url)
+        self.grace = grace  # expiry of a memento nobody cites: archived_at + grace
         self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
         if self.dialect == "sqlite":
             if ":memory:" in self.url or self.url in ("sqlite://", "sqlite:///"):
@@ -111,8 +120,16 @@ class Index:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def insert_mementos(self, connection: Connection, batch: Sequence[Memento]) -> list[WriteOutcome]:
-        """Insert what is new; report existing rows. Call inside :meth:`write`."""
+    def insert_mementos(
+        self, connection: Connection, batch: Sequence[Memento],
+        revive: Callable[[str], StoredBlob] | None = None,
+    ) -> list[WriteOutcome]:
+        """Insert what is new; report existing rows. Call inside :meth:`write`.
+
+        ``revive(address)`` re-stores a blob's bytes: it is called, under the write lock,
+        for a blob a retention sweep has started deleting, so the write never acknowledges
+        a memento whose bytes the sweep is about to remove (DESIGN.md invariant 2 and 5).
+        """
         if not batch:
             return []
         self.ensure_tenants(connection, {m.tenant for m in batch})
@@ -121,14 +138,15 @@ class Index:
             blobs,
             [
                 {"address": m.content_hash, "size": m.size, "version_id": m.blob_version_id,
-                 "stored_at": m.archived_at}
+                 "stored_at": m.archived_at, "state": "live", "lock_legal_hold": 0}
                 for m in batch
             ],
             conflict=["address"],
         )
-        unique = {m.id: m for m in batch}
+        revived = self._revive_blobs(connection, {m.content_hash for m in batch}, revive)
+        unique = {m.id: _with_version(m, revived) for m in batch}
         inserted = self.insert_ignoring(
-            connection, mementos, [_memento_row(m) for m in unique.values()],
+            connection, mementos, [self._memento_row(m) for m in unique.values()],
             conflict=["id"], returning=mementos.c.id,
         )
         existing = {
@@ -140,6 +158,47 @@ class Index:
             first_seen.add(m.id)
             outcomes.append(WriteOutcome(memento=existing[m.id], created=created))
         return outcomes
+
+    def _revive_blobs(
+        self, connection: Connection, addresses: set[str],
+        revive: Callable[[str], StoredBlob] | None,
+    ) -> dict[str, str | None]:
+        query = select(blobs.c.address, blobs.c.state).where(blobs.c.address.in_(sorted(addresses)))
+        if self.dialect == "postgresql":
+            query = query.with_for_update()  # serialises with the sweep's per-blob deletion
+        dying = [row.address for row in connection.execute(query) if row.state != "live"]
+        revived: dict[str, str | None] = {}
+        for address in dying:
+            if revive is None:
+                raise StorageError("blob is being deleted by retention; retry the write", address=address)
+            stored = revive(address)
+            connection.execute(
+                update(blobs).where(blobs.c.address == address)
+                .values(state="live", version_id=stored.version_id)
+            )
+            revived[address] = stored.version_id
+        return revived
+
+    def extend_expiry(
+        self, connection: Connection, tenant: str, memento_ids: Sequence[str], until: datetime
+    ) -> int:
+        """Make these mementos live at least until ``until`` (never shortens)."""
+        if not memento_ids:
+            return 0
+        result = connection.execute(
+            update(mementos)
+            .where(mementos.c.tenant == tenant, mementos.c.id.in_(sorted(set(memento_ids))),
+                   mementos.c.deleted_at.is_(None),
+                   (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < until))
+            .values(expires_at=until)
+        )
+        return int(result.rowcount or 0)
+
+    def _memento_row(self, m: Memento) -> dict[str, Any]:
+        row = _memento_row(m)
+        row["expires_at"] = m.expires_at or m.archived_at + self.grace
+        row["legal_hold"] = 0
+        return row
 
     def remember_response(
         self, connection: Connection, tenant: str, key: str, response: StoredResponse,
@@ -207,7 +266,7 @@ class Index:
 
     def neighbours(self, tenant: str, urir_key: str, target: datetime | None) -> Neighbours | None:
         """Choose the memento nearest ``target`` (latest when None) and its neighbours."""
-        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        same = _live_of(tenant, urir_key)
         with self.read() as connection:
             first = self._one(connection, same, _order_ascending())
             if first is None:
@@ -226,7 +285,7 @@ class Index:
     def list_mementos(
         self, tenant: str, urir_key: str, *, offset: int, limit: int
     ) -> list[Memento]:
-        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        same = _live_of(tenant, urir_key)
         with self.read() as connection:
             query = (
                 select(mementos).where(same).order_by(*_order_ascending()).offset(offset).limit(limit)
@@ -234,7 +293,7 @@ class Index:
             return [_memento_from(row) for row in connection.execute(query)]
 
     def count_mementos(self, tenant: str, urir_key: str) -> int:
-        same = and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key)
+        same = _live_of(tenant, urir_key)
         with self.read() as connection:
             return int(connection.execute(select(func.count()).where(same)).scalar_one())
 
@@ -328,6 +387,12 @@ def _sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
     return engine
 
 
+def _with_version(m: Memento, revived: dict[str, str | None]) -> Memento:
+    if m.content_hash not in revived:
+        return m
+    return replace(m, blob_version_id=revived[m.content_hash])
+
+
 def _memento_row(m: Memento) -> dict[str, Any]:
     return {
         "id": m.id, "tenant": m.tenant, "uri_r": m.uri_r, "urir_key": m.urir_key,
@@ -349,4 +414,6 @@ def _memento_from(row: Row[Any]) -> Memento:
             tool=row.tool, final_url=row.final_url, http_status=row.http_status,
             headers=json.loads(row.headers_json),
         ),
+        expires_at=row.expires_at, deleted_at=row.deleted_at,
+        deletion_reason=row.deletion_reason, legal_hold=bool(row.legal_hold),
     )

@@ -69,6 +69,11 @@ class Memento:
     size: int
     scope: Scope
     facts: CaptureFacts
+    # Lifecycle, set by the index (retention): not part of the capture.
+    expires_at: datetime | None = None
+    deleted_at: datetime | None = None
+    deletion_reason: str | None = None
+    legal_hold: bool = False
 
     def same_capture_as(self, other: Memento) -> bool:
         """True when ``other`` records the same capture (``archived_at`` aside)."""

@@ -22,7 +22,7 @@ from archive.config import CitationPolicy
 from archive.dates import add_iso8601_duration, parse_rfc3339, utc_now
 from archive.exceptions import AmberError, InvalidInput, NotFound
 from archive.index import Index
-from archive.schema import transcripts
+from archive.schema import citations, transcripts
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
 MAX_LABELS = 50
@@ -91,6 +91,20 @@ def resolve_retention(retention: str | Mapping[str, str], created_at: datetime, 
     raise InvalidInput(f"unknown retention policy {retention!r}")
 
 
+def reached_mementos(connection: Any, tenant: str, transcript_id: str) -> list[str]:
+    """Ids of every memento a transcript's citations reach (passages and kept documents)."""
+    rows = connection.execute(
+        select(citations.c.passage_memento_id, citations.c.document_memento_id)
+        .where(citations.c.tenant == tenant, citations.c.transcript_id == transcript_id)
+    )
+    reached: set[str] = set()
+    for passage, document in rows:
+        reached.add(passage)
+        if document is not None:
+            reached.add(document)
+    return sorted(reached)
+
+
 class TranscriptBook:
     """Create, extend and read transcripts of one index."""
 
@@ -125,6 +139,11 @@ class TranscriptBook:
                             "retention can only be extended here; shortening is an admin action",
                             retain_until=existing.retain_until.isoformat(),
                         )
+                if until > existing.retain_until:
+                    # Extending reaches everything the transcript cites, at once.
+                    self.index.extend_expiry(
+                        connection, tenant, reached_mementos(connection, tenant, transcript_id), until
+                    )
                 merged = {**existing.labels, **new_labels}
                 connection.execute(
                     update(transcripts)
