@@ -340,9 +340,9 @@ class CitationDesk:
                 raise Gone("this passage was stored before and has been deleted; ids are never reused")
             self.index.insert_ignoring(connection, citations, rows, conflict=["id"])
             # The cited evidence now lives at least as long as this transcript.
-            self.index.extend_expiry(
-                connection, tenant, [o.memento.id for o in outcomes], transcript.retain_until
-            )
+            reached = [o.memento.id for o in outcomes]
+            reached += [r["document_memento_id"] for r in rows if r["document_memento_id"]]
+            self.index.extend_expiry(connection, tenant, reached, transcript.retain_until)
             created = True
             if idempotency_key is not None:
                 first = self.index.remember_response(

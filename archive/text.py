@@ -15,29 +15,31 @@ Extractors (``ExtractedText.extractor`` / ``extractor_version``):
     captions, footers count. Left out: elements that are never rendered — ``head`` (the
     ``<title>`` included: it is the tab label, not page text; a ``<title>`` in ``body`` or
     in SVG is skipped too), ``script``, ``style``, ``noscript``, ``template``, ``iframe``
-    and ``canvas`` fallback content, ``datalist``, SVG ``desc``/``metadata`` — and
-    comments. Attribute text (``alt``, ``title``, ``value``, ``aria-label``) is not visible
-    text and is left out. CSS is not evaluated: an element hidden by the ``hidden``
-    attribute or by a stylesheet still contributes its text (an agent's fetch tool sees it).
+    and ``canvas`` fallback content, ``datalist``, SVG ``desc`` — and comments. Custom and
+    unknown elements are inline. Attribute text (``alt``, ``title``, ``value``,
+    ``aria-label``) is not visible text and is left out. CSS is not evaluated: an element
+    hidden by the ``hidden`` attribute or by a stylesheet still contributes its text (an
+    agent's fetch tool sees it).
     Layout follows the spirit of ``innerText``: inline elements (``a``, ``b``, ``span``,
     ``em``, ``code``…) join with no separator, so ``Hello <b>big</b> world`` gives
-    ``Hello big world``; runs of ASCII whitespace (space, tab, LF, FF, CR) collapse to one
-    space, and whitespace at the start and end of a line is dropped; block elements
-    (``p``, ``div``, ``li``, ``h1``–``h6``, ``tr``, ``table``, ``caption``, ``figcaption``,
-    ``blockquote``, ``section``, ``nav``, ``aside``, ``footer``, ``dt``, ``dd``…) are
-    separated by one ``"\\n"``; table cells (``td``, ``th``) within a row by one ``"\\t"``;
+    ``Hello big world``; runs of ASCII whitespace (space, tab, LF, FF, CR, plus VT and
+    U+001C–U+001F) collapse to one space, and whitespace at the start and end of a line is
+    dropped; block elements (``p``, ``div``, ``li``, ``h1``–``h6``, ``tr``, ``table``,
+    ``caption``, ``figcaption``, ``blockquote``, ``section``, ``nav``, ``aside``,
+    ``footer``, ``dt``, ``dd``…) are separated by one ``"\\n"``; table cells (``td``, ``th``) within a row by one ``"\\t"``;
     ``<br>`` is a ``"\\n"`` of its own; ``<hr>`` a block boundary. Inside ``pre``,
     ``textarea``, ``listing``, ``xmp`` and ``plaintext`` the text is kept verbatim.
     Character references are decoded (``&nbsp;`` stays U+00A0 — quote normalisation, not
-    the extractor, treats it as a space).
+    the extractor, treats it as a space). NUL characters are dropped.
 
     Decoding (WHATWG order): a byte-order mark, else the ``charset`` parameter of the media
     type, else a ``<meta charset>`` / ``<meta http-equiv=Content-Type>`` in the first
     1024 bytes, else UTF-8; ``latin1``/``ascii``/``iso-8859-1`` labels mean windows-1252 as
-    browsers read them; undecodable bytes become U+FFFD (HTML in the wild is not always
-    what it declares, and browsers read it the same way).
+    browsers read them; unknown labels and non-text codecs (``zlib``, ``base64``) are
+    ignored; undecodable bytes become U+FFFD (HTML in the wild is not always what it
+    declares, and browsers read it the same way).
 
-``amber-pdf`` ``1+pdfium-<PDFium build>``
+``amber-pdf`` ``1+pdfium-<PDFium build>+pypdfium2-<version>``
     ``application/pdf``, through pypdfium2. Each page's text as PDFium lays it out
     (``FPDFText_GetBoundedText``), with ``"\\r\\n"`` and lone ``"\\r"`` turned into
     ``"\\n"``. PDFium replaces a hyphen at a line end by a marker and drops the line break;
@@ -48,10 +50,11 @@ Extractors (``ExtractedText.extractor`` / ``extractor_version``):
 ``amber-plain`` ``1``
     ``text/*`` (other than HTML), ``application/json``, ``application/xml``,
     ``application/*+json``, ``application/*+xml``, YAML, TOML, JavaScript: the decoded
-    text, verbatim, markup and all. The ``charset`` parameter is obeyed (default UTF-8;
-    JSON is always UTF-8 unless declared otherwise); a UTF-8 byte-order mark is dropped.
-    Bytes that are not valid in the declared (or default) charset are refused with
-    ``InvalidContent("text content is not valid <charset>")`` — text must be what it says.
+    text, verbatim, markup and all (line breaks untouched). The ``charset`` parameter is
+    obeyed (default UTF-8); a UTF-8 byte-order mark is dropped; an unknown or non-text
+    charset is refused. Bytes that are not valid in the declared (or default) charset are
+    refused with ``InvalidContent("text content is not valid <charset>")`` — text must be
+    what it says.
 
 Anything else (images, archives, octet streams) is refused with ``InvalidContent``.
 
@@ -86,7 +89,10 @@ _PDF_RULES = 1
 _PLAIN_RULES = 1
 
 HTML_EXTRACTOR_VERSION = f"{_HTML_RULES}+lexbor-{selectolax.__version__}"
-PDF_EXTRACTOR_VERSION = f"{_PDF_RULES}+pdfium-{pypdfium2.version.PDFIUM_INFO.build}"
+PDF_EXTRACTOR_VERSION = (
+    f"{_PDF_RULES}+pdfium-{pypdfium2.version.PDFIUM_INFO.build}"
+    f"+pypdfium2-{pypdfium2.version.PYPDFIUM_INFO.version}"
+)
 PLAIN_EXTRACTOR_VERSION = f"{_PLAIN_RULES}"
 
 EXTRACTORS: dict[str, str] = {
@@ -209,7 +215,7 @@ def extract_text(content: bytes, media_type: str, *, cache_key: str | None = Non
     elif kind == "pdf":
         result = ExtractedText(pdf_text(content), PDF_EXTRACTOR, PDF_EXTRACTOR_VERSION)
     else:
-        result = ExtractedText(plain_text(content, charset, essence), PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION)
+        result = ExtractedText(plain_text(content, charset), PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION)
     _cache_put(key, result)
     return result
 
@@ -217,23 +223,26 @@ def extract_text(content: bytes, media_type: str, *, cache_key: str | None = Non
 # -- plain text ---------------------------------------------------------------------------
 
 
-def _codec(label: str) -> codecs.CodecInfo | None:
+def _codec(label: str) -> str | None:
+    """Python's name for a character encoding label; ``None`` if unknown or not a text
+    encoding (``charset=zlib`` or ``base64`` must not make us decompress or decode)."""
     try:
-        return codecs.lookup(label)
-    except (LookupError, ValueError):
+        codec = codecs.lookup(label)
+    except (LookupError, ValueError, TypeError):
         return None
+    return codec.name if getattr(codec, "_is_text_encoding", True) else None
 
 
-def plain_text(content: bytes, charset: str | None, essence: str = "text/plain") -> str:
+def plain_text(content: bytes, charset: str | None) -> str:
     label = charset or "utf-8"
-    codec = _codec(label)
-    if codec is None:
+    name = _codec(label)
+    if name is None:
         raise InvalidContent(f"text content declares an unknown charset {label!r}")
-    if codec.name == "utf-8":
-        codec = codecs.lookup("utf-8-sig")  # drop a UTF-8 byte-order mark
+    if name == "utf-8":
+        name = "utf-8-sig"  # drop a UTF-8 byte-order mark
     try:
-        return codec.decode(content, "strict")[0]
-    except (UnicodeDecodeError, ValueError):
+        return content.decode(name, "strict")
+    except (UnicodeDecodeError, LookupError, ValueError):
         raise InvalidContent(f"text content is not valid {label}") from None
 
 
@@ -257,9 +266,7 @@ def _html_codec(label: str | None) -> str | None:
     if not label:
         return None
     label = label.strip().lower()
-    label = _WHATWG_LABELS.get(label, label)
-    codec = _codec(label)
-    return codec.name if codec is not None else None
+    return _codec(_WHATWG_LABELS.get(label, label))
 
 
 def decode_html(content: bytes, charset: str | None) -> str:

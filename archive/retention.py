@@ -1,0 +1,472 @@
+"""Retention: every snapshot lives exactly as long as the transcripts that cite it.
+
+Rules (DESIGN.md "Retention arithmetic"):
+
+- A memento expires at the latest ``retain_until`` of the transcripts citing it; one nobody
+  cites at ``archived_at`` + grace. A legal hold on a citing transcript, or on the memento,
+  suspends expiry while it lasts. ``mementos.expires_at`` caches the answer so a sweep only
+  looks at what may have expired (its cost grows with what expired, not with the archive);
+  every candidate is re-evaluated from the citations before anything is deleted.
+- Deletion is in place: the memento row stays as its own tombstone (hashes, dates, policy,
+  ``deleted_at``, ``deletion_reason``) and leaves TimeMaps; citations lose their selector text.
+- A blob is shared by every memento with the same bytes and is deleted only when no live
+  memento in any tenant references it. Deletion is two-phase: the batch that tombstones the
+  last memento marks the blob ``deleting``; then, per blob, under the write lock (SQLite's
+  single writer, PostgreSQL ``FOR UPDATE``), the state is checked again, the bytes deleted
+  and the blob marked ``deleted``. A write landing on a ``deleting``/``deleted`` blob stores
+  the bytes again under the same lock (``Index.insert_mementos(revive=…)``), so dedup can
+  never acknowledge bytes a sweep removes.
+- Every step is idempotent: a sweep killed anywhere leaves tombstones and ``deleting`` blobs
+  that the next sweep finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+
+from archive.dates import to_rfc3339, utc_now
+from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
+from archive.index import Index
+from archive.schema import admin_log, blobs, citations, mementos, transcripts
+from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
+
+MAX_REASON = 2000
+
+
+@dataclass
+class SweepReport:
+    dry_run: bool
+    evaluated: int = 0
+    mementos_deleted: int = 0
+    blobs_deleted: int = 0
+    bytes_deleted: int = 0
+    held: int = 0
+    not_yet: int = 0  # the store refused (Object Lock date not reached: clock skew)
+    extended: int = 0  # candidates whose cached expiry was stale (now fixed)
+    next_expiry: datetime | None = None
+    deleted_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run, "evaluated": self.evaluated,
+            "mementos_deleted": self.mementos_deleted, "blobs_deleted": self.blobs_deleted,
+            "bytes_deleted": self.bytes_deleted, "held": self.held, "not_yet": self.not_yet,
+            "extended": self.extended,
+            "next_expiry": to_rfc3339(self.next_expiry) if self.next_expiry else None,
+        }
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    memento_id: str
+    expiry: datetime | None  # None: held
+    reason: dict[str, Any]
+
+
+def _check_reason(reason: str) -> str:
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+        raise InvalidInput(f"a reason (1-{MAX_REASON} characters) is required")
+    return reason.strip()
+
+
+class Retention:
+    def __init__(self, archive: Any) -> None:
+        self.archive = archive
+        self.index: Index = archive.index
+        self.grace = timedelta(days=archive.settings.citations.retention_days)
+
+    # -- the sweep -----------------------------------------------------------------------
+
+    def sweep(
+        self, *, now: datetime | None = None, batch_size: int = 500, dry_run: bool = False,
+        progress: Callable[[SweepReport], None] | None = None,
+    ) -> SweepReport:
+        now = now or utc_now()
+        report = SweepReport(dry_run=dry_run)
+        cursor: tuple[datetime, str] | None = None
+        while True:
+            candidates = self._candidates(now, cursor, batch_size)
+            if not candidates:
+                break
+            cursor = candidates[-1]
+            self._settle([c[1] for c in candidates], now, dry_run, report)
+            if progress:
+                progress(report)
+        if not dry_run:
+            self._delete_dying_blobs(report)
+        report.next_expiry = self._next_expiry(now)
+        return report
+
+    def _candidates(
+        self, now: datetime, cursor: tuple[datetime, str] | None, limit: int
+    ) -> list[tuple[datetime, str]]:
+        due = and_(mementos.c.deleted_at.is_(None), mementos.c.expires_at <= now)
+        if cursor is not None:
+            due = and_(due, or_(mementos.c.expires_at > cursor[0],
+                                and_(mementos.c.expires_at == cursor[0], mementos.c.id > cursor[1])))
+        query = (select(mementos.c.expires_at, mementos.c.id).where(due)
+                 .order_by(mementos.c.expires_at, mementos.c.id).limit(limit))
+        with self.index.read() as connection:
+            return [(row.expires_at, row.id) for row in connection.execute(query)]
+
+    def _settle(self, ids: list[str], now: datetime, dry_run: bool, report: SweepReport) -> None:
+        with self.index.write() as connection:
+            verdicts = self._evaluate(connection, ids)
+            report.evaluated += len(verdicts)
+            expired, fresh = [], []
+            for verdict in verdicts:
+                if verdict.expiry is None:
+                    report.held += 1
+                elif verdict.expiry > now:
+                    fresh.append(verdict)
+                else:
+                    expired.append(verdict)
+            report.extended += len(fresh)
+            report.mementos_deleted += len(expired)
+            report.deleted_ids.extend(v.memento_id for v in expired)
+            if dry_run:
+                connection.rollback()
+                return
+            for verdict in fresh:
+                connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
+                                   .values(expires_at=verdict.expiry))
+            self._tombstone(connection, expired, now)
+
+    def _evaluate(self, connection: Any, ids: Sequence[str]) -> list[_Verdict]:
+        """Each memento's true expiry from the citations (None while a hold applies)."""
+        rows = {
+            row.id: row for row in connection.execute(
+                select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold,
+                       mementos.c.deleted_at).where(mementos.c.id.in_(list(ids)))
+            ) if row.deleted_at is None
+        }
+        citing: dict[str, list[Any]] = {memento_id: [] for memento_id in rows}
+        for column in (citations.c.passage_memento_id, citations.c.document_memento_id):
+            query = (
+                select(column.label("memento_id"), transcripts.c.id, transcripts.c.retention,
+                       transcripts.c.retain_until, transcripts.c.legal_hold)
+                .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
+                                        transcripts.c.id == citations.c.transcript_id))
+                .where(column.in_(list(rows)))
+            )
+            for row in connection.execute(query):
+                citing[row.memento_id].append(row)
+        for memento_id, extra in self._extra_reach(connection, list(rows)).items():
+            citing[memento_id].extend(extra)
+        verdicts = []
+        for memento_id, row in rows.items():
+            reachers = citing[memento_id]
+            if row.legal_hold or any(r.legal_hold for r in reachers):
+                verdicts.append(_Verdict(memento_id, None, {}))
+            elif reachers:
+                latest = max(r.retain_until for r in reachers)
+                verdicts.append(_Verdict(memento_id, latest, {
+                    "policy": "transcripts", "expired_at": to_rfc3339(latest),
+                    "transcripts": sorted({f"{r.id}:{r.retention}" for r in reachers})[:20],
+                }))
+            else:
+                expiry = row.archived_at + self.grace
+                verdicts.append(_Verdict(memento_id, expiry, {
+                    "policy": "uncited-grace", "expired_at": to_rfc3339(expiry),
+                    "grace_days": self.grace.days,
+                }))
+        return verdicts
+
+    def _extra_reach(self, connection: Any, ids: list[str]) -> dict[str, list[Any]]:
+        """Other ways a transcript reaches a memento (drift re-captures); see ``reachers``."""
+        found: dict[str, list[Any]] = {}
+        for reacher in REACHERS:
+            for memento_id, row in reacher(connection, ids):
+                found.setdefault(memento_id, []).append(row)
+        return found
+
+    def _tombstone(self, connection: Any, expired: Sequence[_Verdict], now: datetime) -> None:
+        if not expired:
+            return
+        for verdict in expired:
+            connection.execute(
+                update(mementos).where(mementos.c.id == verdict.memento_id, mementos.c.deleted_at.is_(None))
+                .values(deleted_at=now, deletion_reason=json.dumps({"kind": "retention", **verdict.reason}))
+            )
+        ids = [v.memento_id for v in expired]
+        self._forget_text(connection, ids)
+        self._mark_orphans_dying(connection, ids)
+
+    def _forget_text(self, connection: Any, memento_ids: Sequence[str]) -> None:
+        # Tombstones keep hashes, dates and policy — never quote or selector text.
+        connection.execute(
+            update(citations).where(citations.c.passage_memento_id.in_(list(memento_ids)))
+            .values(selector_json=None)
+        )
+
+    def _mark_orphans_dying(self, connection: Any, memento_ids: Sequence[str]) -> None:
+        hashes = connection.execute(
+            select(mementos.c.content_hash).where(mementos.c.id.in_(list(memento_ids))).distinct()
+        ).scalars().all()
+        for address in hashes:
+            still_used = connection.execute(
+                select(mementos.c.id).where(mementos.c.content_hash == address,
+                                            mementos.c.deleted_at.is_(None)).limit(1)
+            ).first()
+            if still_used is None:
+                connection.execute(update(blobs).where(blobs.c.address == address, blobs.c.state == "live")
+                                   .values(state="deleting"))
+
+    def _delete_dying_blobs(self, report: SweepReport) -> None:
+        with self.index.read() as connection:
+            dying = connection.execute(
+                select(blobs.c.address).where(blobs.c.state == "deleting").order_by(blobs.c.address)
+            ).scalars().all()
+        for address in dying:
+            self._delete_blob(address, report)
+
+    def _delete_blob(self, address: str, report: SweepReport) -> None:
+        with self.index.write() as connection:
+            query = select(blobs).where(blobs.c.address == address)
+            if self.index.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            row = connection.execute(query).first()
+            if row is None or row.state != "deleting":
+                return  # revived by a write, or another sweep has it
+            if connection.execute(
+                select(mementos.c.id).where(mementos.c.content_hash == address,
+                                            mementos.c.deleted_at.is_(None)).limit(1)
+            ).first() is not None:
+                connection.execute(update(blobs).where(blobs.c.address == address).values(state="live"))
+                return
+            versions = set(connection.execute(
+                select(mementos.c.blob_version_id).where(mementos.c.content_hash == address).distinct()
+            ).scalars().all()) | {row.version_id}
+            try:
+                for version in sorted(v for v in versions if v is not None) or [None]:
+                    self.archive.blobs.delete(address, version)
+            except StorageError as error:
+                if getattr(error, "code", "") == "retention_locked":
+                    report.not_yet += 1
+                    return
+                raise
+            connection.execute(update(blobs).where(blobs.c.address == address).values(state="deleted"))
+            report.blobs_deleted += 1
+            report.bytes_deleted += int(row.size)
+
+    def _next_expiry(self, now: datetime) -> datetime | None:
+        with self.index.read() as connection:
+            value = connection.execute(
+                select(func.min(mementos.c.expires_at))
+                .where(mementos.c.deleted_at.is_(None), mementos.c.expires_at > now)
+            ).scalar()
+        return value if value is None or value.tzinfo else value.replace(tzinfo=now.tzinfo)
+
+    # -- garbage collection of orphan blobs ----------------------------------------------
+
+    def collect_orphans(self, *, safety_age: timedelta = timedelta(hours=1),
+                        now: datetime | None = None, dry_run: bool = False) -> list[str]:
+        """Delete blobs no index row knows (a write that crashed before its commit).
+
+        Only blobs older than ``safety_age``: an in-flight write stores its blob first and
+        its rows a moment later, and must never lose the blob in between.
+        """
+        now = now or utc_now()
+        collected = []
+        for address in self.archive.blobs.addresses():
+            with self.index.read() as connection:
+                known = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
+            if known is not None and known.state == "live":
+                continue
+            stored_at = self._stored_at(address)
+            if stored_at is None or now - stored_at < safety_age:
+                continue
+            if known is None or known.state != "live":
+                if not dry_run:
+                    self._delete_orphan(address)
+                collected.append(address)
+        return collected
+
+    def _stored_at(self, address: str) -> datetime | None:
+        stored_at = getattr(self.archive.blobs, "stored_at", None)
+        if stored_at is not None:
+            value: datetime | None = stored_at(address)
+            return value
+        path = getattr(self.archive.blobs, "path_for", None)
+        if path is None:
+            return None
+        try:
+            return datetime.fromtimestamp(os.stat(path(address)).st_mtime).astimezone()
+        except FileNotFoundError:
+            return None
+
+    def _delete_orphan(self, address: str) -> None:
+        with self.index.write() as connection:  # same lock as writers: no write can race it
+            row = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
+            if row is not None and row.state == "live":
+                return
+            self.archive.blobs.delete(address, None)
+
+    # -- admin actions (each one in the append-only admin log) ---------------------------
+
+    def set_transcript_hold(self, tenant: str, transcript_id: str, on: bool, reason: str, actor: str) -> None:
+        reason = _check_reason(reason)
+        with self.index.write() as connection:
+            result = connection.execute(
+                update(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                .values(legal_hold=1 if on else 0)
+            )
+            if not result.rowcount:
+                raise TranscriptNotFound("no transcript with this id")
+            self._log(connection, tenant, actor, "legal_hold." + ("on" if on else "off"),
+                      "transcript", transcript_id, reason, {})
+
+    def set_memento_hold(self, tenant: str, memento_id: str, on: bool, reason: str, actor: str) -> None:
+        reason = _check_reason(reason)
+        with self.index.write() as connection:
+            result = connection.execute(
+                update(mementos).where(mementos.c.tenant == tenant, mementos.c.id == memento_id,
+                                       mementos.c.deleted_at.is_(None))
+                .values(legal_hold=1 if on else 0)
+            )
+            if not result.rowcount:
+                raise NotFound("no memento with this id")
+            self._log(connection, tenant, actor, "legal_hold." + ("on" if on else "off"),
+                      "memento", memento_id, reason, {})
+
+    def change_retention(
+        self, tenant: str, transcript_id: str, retention: Any, reason: str, actor: str
+    ) -> datetime:
+        """Set a transcript's retention, shorter included (admin, with a reason)."""
+        reason = _check_reason(reason)
+        with self.index.write() as connection:
+            row = connection.execute(
+                select(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+            ).first()
+            if row is None:
+                raise TranscriptNotFound("no transcript with this id")
+            if row.legal_hold:
+                raise RetentionConflict("the transcript is under legal hold; release it first")
+            label, until = resolve_retention(retention, row.created_at, self.archive.settings.citations)
+            connection.execute(
+                update(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                .values(retention=label, retain_until=until, updated_at=utc_now())
+            )
+            reached = reached_mementos(connection, tenant, transcript_id)
+            if until >= row.retain_until:
+                self.index.extend_expiry(connection, tenant, reached, until)
+            else:
+                # Shortened: recompute from every citing transcript (a sweep re-checks too).
+                for verdict in self._evaluate(connection, reached):
+                    if verdict.expiry is not None:
+                        connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
+                                           .values(expires_at=verdict.expiry))
+            self._log(connection, tenant, actor, "retention.change", "transcript", transcript_id, reason,
+                      {"from": to_rfc3339(row.retain_until), "to": to_rfc3339(until), "retention": label})
+        return until
+
+    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> None:
+        """Delete evidence now (takedown, court order, data-protection request)."""
+        reason = _check_reason(reason)
+        now = utc_now()
+        with self.index.write() as connection:
+            row = connection.execute(
+                select(mementos).where(mementos.c.tenant == tenant, mementos.c.id == memento_id,
+                                       mementos.c.deleted_at.is_(None))
+            ).first()
+            if row is None:
+                raise NotFound("no memento with this id")
+            if row.legal_hold:
+                raise RetentionConflict("the memento is under legal hold; release it first")
+            lock_mode = getattr(self.archive.blobs, "lock_mode", None)
+            if lock_mode == "COMPLIANCE":
+                raise RetentionConflict(
+                    "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
+                    "delete it before its retain-until date, so erasure is impossible until then"
+                )
+            connection.execute(
+                update(mementos).where(mementos.c.id == memento_id)
+                .values(deleted_at=now, deletion_reason=json.dumps({"kind": "erasure", "by": actor}))
+            )
+            self._forget_text(connection, [memento_id])
+            self._mark_orphans_dying(connection, [memento_id])
+            self._log(connection, tenant, actor, "erasure", "memento", memento_id, reason,
+                      {"content_hash": row.content_hash})
+        report = SweepReport(dry_run=False)
+        self._delete_blob(row.content_hash, report)
+
+    def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
+        with self.index.read() as connection:
+            rows = connection.execute(
+                select(admin_log).where(admin_log.c.tenant == tenant)
+                .order_by(admin_log.c.at, admin_log.c.id).limit(limit)
+            )
+            return [
+                {"id": r.id, "key_id": r.key_id, "action": r.action, "target_kind": r.target_kind,
+                 "target_id": r.target_id, "reason": r.reason, "detail": json.loads(r.detail_json),
+                 "at": to_rfc3339(r.at)}
+                for r in rows
+            ]
+
+    def _log(self, connection: Any, tenant: str, actor: str, action: str, kind: str,
+             target: str, reason: str, detail: dict[str, Any]) -> None:
+        connection.execute(insert(admin_log).values(
+            id=uuid.uuid4().hex, tenant=tenant, key_id=actor, action=action, target_kind=kind,
+            target_id=target, reason=reason, detail_json=json.dumps(detail, sort_keys=True),
+            at=utc_now(),
+        ))
+
+    # -- the cost of keeping evidence ----------------------------------------------------
+
+    def report(self, *, now: datetime | None = None) -> dict[str, Any]:
+        """Bytes stored per policy and per label, and what expires when (by month)."""
+        now = now or utc_now()
+        with self.index.read() as connection:
+            live = connection.execute(
+                select(mementos.c.id, mementos.c.size, mementos.c.expires_at, mementos.c.content_hash)
+                .where(mementos.c.deleted_at.is_(None))
+            ).all()
+            reach: list[Any] = []
+            for column in (citations.c.passage_memento_id, citations.c.document_memento_id):
+                reach += connection.execute(
+                    select(column, transcripts.c.retention, transcripts.c.labels_json)
+                    .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
+                                            transcripts.c.id == citations.c.transcript_id))
+                    .where(column.is_not(None))
+                ).all()
+        policies: dict[str, set[str]] = {}
+        labels: dict[str, set[str]] = {}
+        for memento_id, retention, labels_json in reach:
+            policies.setdefault(retention, set()).add(memento_id)
+            for key, value in json.loads(labels_json).items():
+                labels.setdefault(f"{key}={value}", set()).add(memento_id)
+        size = {row.id: int(row.size) for row in live}
+        cited = set().union(*policies.values()) if policies else set()
+        uncited = [i for i in size if i not in cited]
+        by_month: dict[str, int] = {}
+        for row in live:
+            month = row.expires_at.strftime("%Y-%m") if row.expires_at else "unknown"
+            by_month[month] = by_month.get(month, 0) + int(row.size)
+        return {
+            "generated_at": to_rfc3339(now),
+            "mementos": len(live),
+            "bytes": sum(size.values()),
+            "distinct_blob_bytes": sum({row.content_hash: int(row.size) for row in live}.values()),
+            "by_policy": {name: _sized(ids, size) for name, ids in sorted(policies.items())}
+            | {"uncited (grace)": _sized(uncited, size)},
+            "by_label": {name: _sized(ids, size) for name, ids in sorted(labels.items())},
+            "expiring_bytes_by_month": dict(sorted(by_month.items())),
+        }
+
+
+def _sized(ids: Iterable[str], size: dict[str, int]) -> dict[str, int]:
+    live = [i for i in set(ids) if i in size]
+    return {"mementos": len(live), "bytes": sum(size[i] for i in live)}
+
+
+# Functions (connection, memento_ids) -> iterable of (memento_id, row with id, retention,
+# retain_until, legal_hold) for other features whose mementos a transcript keeps alive.
+REACHERS: list[Callable[[Any, list[str]], Iterable[tuple[str, Any]]]] = []
