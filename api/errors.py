@@ -29,6 +29,7 @@ STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
     (exc.NotFound, 404),
     (exc.Gone, 410),
     (exc.RetentionConflict, 409),
+    (exc.RetentionLocked, 409),  # before StorageError: the store refuses on purpose
     (exc.Unauthenticated, 401),
     (exc.Forbidden, 403),
     (exc.RateLimited, 429),

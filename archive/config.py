@@ -21,6 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 from archive.exceptions import ConfigurationError
 
 ENV_PREFIX = "AMBER_"
+# S3 Object Lock retention modes (``AMBER_S3_OBJECT_LOCK_MODE``).
+OBJECT_LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,54 @@ class CitationPolicy:
 
 
 @dataclass(frozen=True)
+class DriftPolicy:
+    """The ``[drift]`` section of the config file (drift issue).
+
+    - ``interval_hours``: a citation is checked again this long after its last check.
+    - ``stable_interval_hours`` / ``stable_after``: after ``stable_after`` consecutive
+      ``identical``/``cosmetic`` checks a source counts as stable and is checked this often.
+    - ``retry_hours``: an ``unreachable`` check (inconclusive) is retried this soon.
+    - ``concurrency``: fetches in flight per run; ``host_concurrency`` per host, each host's
+      requests at least ``host_delay_seconds`` apart; ``timeout_seconds`` per fetch.
+    - ``review_on``: verdicts that set ``needs_review`` on the citing transcript.
+    - ``window_days``: the window drift rates per source host are computed over.
+    - ``soft_404_probe``: probe a random sibling URL once per host and run.
+    """
+
+    interval_hours: float = 24.0
+    stable_interval_hours: float = 24.0 * 7
+    stable_after: int = 3
+    retry_hours: float = 6.0
+    concurrency: int = 16
+    host_concurrency: int = 2
+    host_delay_seconds: float = 0.5
+    timeout_seconds: float = 20.0
+    review_on: tuple[str, ...] = ("reversal",)
+    window_days: int = 90
+    soft_404_probe: bool = True
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> DriftPolicy:
+        known = {f.name for f in fields(cls)}
+        unknown = set(section) - known
+        if unknown:
+            raise ConfigurationError(f"unknown [drift] keys: {', '.join(sorted(unknown))}")
+        values = dict(section)
+        if "review_on" in values:
+            values["review_on"] = tuple(values["review_on"])
+        policy = cls(**values)
+        allowed = {"material", "reversal", "gone", "soft_404"}
+        if not set(policy.review_on) <= allowed:
+            raise ConfigurationError(f"[drift] review_on takes {', '.join(sorted(allowed))}")
+        if (min(policy.interval_hours, policy.stable_interval_hours, policy.retry_hours) <= 0
+                or policy.timeout_seconds <= 0 or policy.host_delay_seconds < 0
+                or policy.concurrency < 1 or policy.host_concurrency < 1
+                or policy.stable_after < 1 or policy.window_days < 1):
+            raise ConfigurationError("[drift] intervals, limits and the window must be positive")
+        return policy
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("amber-data")
     database_url: str = ""  # default: sqlite file inside data_dir
@@ -98,6 +148,10 @@ class Settings:
     rate_limit_burst: int = 200
     s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     s3_sse_kms_key_id: str | None = None
+    # S3 Object Lock mode for blob retention (the bucket must have Object Lock enabled):
+    # "GOVERNANCE" (an admin may erase, with BypassGovernanceRetention) or "COMPLIANCE"
+    # (nobody may delete before the date). None: Amber sets no storage-level lock.
+    s3_object_lock_mode: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -111,13 +165,29 @@ class Settings:
             raise ConfigurationError("AMBER_S3_SSE must be 'AES256' or 'aws:kms'")
         if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
             raise ConfigurationError("AMBER_S3_SSE_KMS_KEY_ID needs AMBER_S3_SSE=aws:kms")
+        if self.s3_object_lock_mode is not None:
+            mode = self.s3_object_lock_mode.strip().upper()
+            if mode not in OBJECT_LOCK_MODES:
+                raise ConfigurationError(
+                    "AMBER_S3_OBJECT_LOCK_MODE must be 'GOVERNANCE' or 'COMPLIANCE'"
+                )
+            object.__setattr__(self, "s3_object_lock_mode", mode)  # normalised spelling
+            if not self.blob_store.startswith("s3://"):
+                raise ConfigurationError(
+                    "AMBER_S3_OBJECT_LOCK_MODE needs an s3:// AMBER_BLOB_STORE"
+                )
         CitationPolicy.from_section(self.extra.get("citations", {}))  # fail at start, not later
+        DriftPolicy.from_section(self.extra.get("drift", {}))
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
 
     @cached_property
     def citations(self) -> CitationPolicy:
         return CitationPolicy.from_section(self.extra.get("citations", {}))
+
+    @cached_property
+    def drift(self) -> DriftPolicy:
+        return DriftPolicy.from_section(self.extra.get("drift", {}))
 
     @property
     def resolved_database_url(self) -> str:

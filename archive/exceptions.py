@@ -22,6 +22,7 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     ├── IdempotencyConflict           an Idempotency-Key reused for a different request
     ├── IntegrityError                stored bytes no longer hash to their address: never served
     ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
+    │   └── RetentionLocked           the store refuses a delete: Object Lock retention or hold
     ├── FetchError                    an outbound fetch did not produce a document
     │   ├── FetchRefused              the fetch guard refused the destination
     │   └── FetchTooLarge             the response exceeded the size cap
@@ -116,6 +117,16 @@ class IntegrityError(AmberError):
 
 class StorageError(AmberError):
     code = "storage_unavailable"
+
+
+class RetentionLocked(StorageError):
+    """The store (S3 Object Lock) refused to delete a version: retention or legal hold.
+
+    For the retention sweep this means "not yet" (its clock may run ahead of the store's):
+    retry later. For an erasure under COMPLIANCE it means "impossible until the date".
+    """
+
+    code = "retention_locked"
 
 
 class FetchError(AmberError):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
@@ -39,6 +39,7 @@ from archive.schema import admin_log, blobs, citations, mementos, transcripts
 from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000
+BLOBS_PER_TRANSACTION = 50
 
 
 @dataclass
@@ -68,7 +69,16 @@ class SweepReport:
 class _Verdict:
     memento_id: str
     expiry: datetime | None  # None: held
-    reason: dict[str, Any]
+    reachers: Sequence[Any]  # the citing transcripts' rows (id, retention, retain_until, hold)
+
+    def reason(self, grace: timedelta) -> dict[str, Any]:
+        """Why it expired: dates and policy only (built for deleted mementos alone)."""
+        assert self.expiry is not None
+        if not self.reachers:
+            return {"kind": "retention", "policy": "uncited-grace", "grace_days": grace.days,
+                    "expired_at": to_rfc3339(self.expiry)}
+        return {"kind": "retention", "policy": "transcripts", "expired_at": to_rfc3339(self.expiry),
+                "transcripts": sorted({f"{r.id}:{r.retention}" for r in self.reachers})[:20]}
 
 
 def _check_reason(reason: str) -> str:
@@ -135,9 +145,12 @@ class Retention:
             if dry_run:
                 connection.rollback()
                 return
-            for verdict in fresh:
-                connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
-                                   .values(expires_at=verdict.expiry))
+            if fresh:
+                connection.execute(
+                    update(mementos).where(mementos.c.id == bindparam("target"))
+                    .values(expires_at=bindparam("until")),
+                    [{"target": v.memento_id, "until": v.expiry} for v in fresh],
+                )
             self._tombstone(connection, expired, now)
 
     def _evaluate(self, connection: Any, ids: Sequence[str]) -> list[_Verdict]:
@@ -165,19 +178,11 @@ class Retention:
         for memento_id, row in rows.items():
             reachers = citing[memento_id]
             if row.legal_hold or any(r.legal_hold for r in reachers):
-                verdicts.append(_Verdict(memento_id, None, {}))
+                verdicts.append(_Verdict(memento_id, None, reachers))
             elif reachers:
-                latest = max(r.retain_until for r in reachers)
-                verdicts.append(_Verdict(memento_id, latest, {
-                    "policy": "transcripts", "expired_at": to_rfc3339(latest),
-                    "transcripts": sorted({f"{r.id}:{r.retention}" for r in reachers})[:20],
-                }))
+                verdicts.append(_Verdict(memento_id, max(r.retain_until for r in reachers), reachers))
             else:
-                expiry = row.archived_at + self.grace
-                verdicts.append(_Verdict(memento_id, expiry, {
-                    "policy": "uncited-grace", "expired_at": to_rfc3339(expiry),
-                    "grace_days": self.grace.days,
-                }))
+                verdicts.append(_Verdict(memento_id, row.archived_at + self.grace, ()))
         return verdicts
 
     def _extra_reach(self, connection: Any, ids: list[str]) -> dict[str, list[Any]]:
@@ -191,11 +196,11 @@ class Retention:
     def _tombstone(self, connection: Any, expired: Sequence[_Verdict], now: datetime) -> None:
         if not expired:
             return
-        for verdict in expired:
-            connection.execute(
-                update(mementos).where(mementos.c.id == verdict.memento_id, mementos.c.deleted_at.is_(None))
-                .values(deleted_at=now, deletion_reason=json.dumps({"kind": "retention", **verdict.reason}))
-            )
+        connection.execute(
+            update(mementos).where(mementos.c.id == bindparam("target"), mementos.c.deleted_at.is_(None))
+            .values(deleted_at=now, deletion_reason=bindparam("why")),
+            [{"target": v.memento_id, "why": json.dumps(v.reason(self.grace))} for v in expired],
+        )
         ids = [v.memento_id for v in expired]
         self._forget_text(connection, ids)
         self._mark_orphans_dying(connection, ids)
@@ -225,37 +230,43 @@ class Retention:
             dying = connection.execute(
                 select(blobs.c.address).where(blobs.c.state == "deleting").order_by(blobs.c.address)
             ).scalars().all()
-        for address in dying:
-            self._delete_blob(address, report)
+        # A few blobs per transaction: the write lock is held briefly, commits stay few.
+        for start in range(0, len(dying), BLOBS_PER_TRANSACTION):
+            with self.index.write() as connection:
+                for address in dying[start:start + BLOBS_PER_TRANSACTION]:
+                    self._delete_blob_locked(connection, address, report)
 
     def _delete_blob(self, address: str, report: SweepReport) -> None:
         with self.index.write() as connection:
-            query = select(blobs).where(blobs.c.address == address)
-            if self.index.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            row = connection.execute(query).first()
-            if row is None or row.state != "deleting":
-                return  # revived by a write, or another sweep has it
-            if connection.execute(
-                select(mementos.c.id).where(mementos.c.content_hash == address,
-                                            mementos.c.deleted_at.is_(None)).limit(1)
-            ).first() is not None:
-                connection.execute(update(blobs).where(blobs.c.address == address).values(state="live"))
+            self._delete_blob_locked(connection, address, report)
+
+    def _delete_blob_locked(self, connection: Any, address: str, report: SweepReport) -> None:
+        query = select(blobs).where(blobs.c.address == address)
+        if self.index.dialect == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        row = connection.execute(query).first()
+        if row is None or row.state != "deleting":
+            return  # revived by a write, or another sweep has it
+        if connection.execute(
+            select(mementos.c.id).where(mementos.c.content_hash == address,
+                                        mementos.c.deleted_at.is_(None)).limit(1)
+        ).first() is not None:
+            connection.execute(update(blobs).where(blobs.c.address == address).values(state="live"))
+            return
+        versions = set(connection.execute(
+            select(mementos.c.blob_version_id).where(mementos.c.content_hash == address).distinct()
+        ).scalars().all()) | {row.version_id}
+        try:
+            for version in sorted(v for v in versions if v is not None) or [None]:
+                self.archive.blobs.delete(address, version)
+        except StorageError as error:
+            if getattr(error, "code", "") == "retention_locked":
+                report.not_yet += 1
                 return
-            versions = set(connection.execute(
-                select(mementos.c.blob_version_id).where(mementos.c.content_hash == address).distinct()
-            ).scalars().all()) | {row.version_id}
-            try:
-                for version in sorted(v for v in versions if v is not None) or [None]:
-                    self.archive.blobs.delete(address, version)
-            except StorageError as error:
-                if getattr(error, "code", "") == "retention_locked":
-                    report.not_yet += 1
-                    return
-                raise
-            connection.execute(update(blobs).where(blobs.c.address == address).values(state="deleted"))
-            report.blobs_deleted += 1
-            report.bytes_deleted += int(row.size)
+            raise
+        connection.execute(update(blobs).where(blobs.c.address == address).values(state="deleted"))
+        report.blobs_deleted += 1
+        report.bytes_deleted += int(row.size)
 
     def _next_expiry(self, now: datetime) -> datetime | None:
         with self.index.read() as connection:
@@ -308,7 +319,9 @@ class Retention:
             row = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
             if row is not None and row.state == "live":
                 return
-            self.archive.blobs.delete(address, None)
+            # An orphan has no recorded VersionId: delete every version the store holds.
+            for version in self.archive.blobs.versions_of(address):
+                self.archive.blobs.delete(address, version)
 
     # -- admin actions (each one in the append-only admin log) ---------------------------
 

@@ -112,17 +112,17 @@ def test_truncated_stored_bytes_raise_integrity_error(blob_store: Any) -> None:
 
 def test_delete_then_not_exists(blob_store: Any) -> None:
     stored = blob_store.put(b"to be deleted")
-    blob_store.delete(stored.address)
+    blob_store.delete(stored.address, stored.version_id)
     assert blob_store.exists(stored.address) is False
     with pytest.raises(BlobNotFound):
         blob_store.get(stored.address)
     assert list(blob_store.addresses()) == []
-    blob_store.delete(stored.address)  # deleting what is gone is not an error
+    blob_store.delete(stored.address, stored.version_id)  # deleting what is gone is fine
 
 
 def test_put_after_delete_stores_again(blob_store: Any) -> None:
     stored = blob_store.put(b"back again")
-    blob_store.delete(stored.address)
+    blob_store.delete(stored.address, stored.version_id)
     again = blob_store.put(b"back again")
     assert again.created is True
     assert blob_store.get(again.address) == b"back again"
@@ -253,8 +253,10 @@ def test_s3_versioned_bucket_records_and_uses_version_ids(seaweedfs_bucket: S3Bu
     assert stored.version_id
     assert store.put(b"versioned evidence").version_id == stored.version_id
 
-    store.delete(stored.address)  # only a delete marker: the version survives
-    assert store.exists(stored.address) is False
+    # A versionless delete would only add a delete marker (evidence hidden, not deleted).
+    with pytest.raises(ValueError, match="version_id"):
+        store.delete(stored.address)
+    assert store.exists(stored.address) is True
     assert store.get(stored.address, version_id=stored.version_id) == b"versioned evidence"
 
     store.delete(stored.address, version_id=stored.version_id)  # gone for good

@@ -251,8 +251,6 @@ def test_gone_over_http_and_timemap(client: Any, archive: Archive) -> None:
 
 
 def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> None:
-    if not hasattr(archive.blobs, "path_for") and not hasattr(archive.blobs, "stored_at"):
-        pytest.skip("this blob store cannot tell a blob's age yet")
     orphan = archive.blobs.put(b"written, then the process died before the index commit")
     kept = capture(archive, b"a real memento")
     assert archive.retention.collect_orphans(safety_age=timedelta(hours=1)) == []  # too young

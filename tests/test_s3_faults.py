@@ -433,13 +433,14 @@ def test_get_persistent_503_raises_storage_error(faulty: tuple[S3BlobStore, Faul
 
 def test_exists_delete_and_list_retry(faulty: tuple[S3BlobStore, Faults]) -> None:
     store, faults = faulty
-    address = store.put(DATA).address
+    stored = store.put(DATA)
+    address = stored.address
     faults.on_call("HeadObject", [answer(503, "SlowDown")])
     faults.on_call("ListObjectsV2", [fail_with(lambda: ReadTimeoutError(endpoint_url=URL))])
     faults.on_call("DeleteObject", [answer(500, "InternalError")])
     assert store.exists(address) is True
     assert list(store.addresses()) == [address]
-    store.delete(address)
+    store.delete(address, stored.version_id)
     assert store.exists(address) is False
     assert faults.calls["DeleteObject"] == 2
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 
@@ -15,19 +16,26 @@ class StoredBlob:
     size: int
     version_id: str | None = None  # S3 VersionId when the bucket is versioned
     created: bool = True  # False when the bytes were already stored
+    # The storage-level lock (S3 Object Lock retain-until) in force after the put, when the
+    # store set or confirmed one; None when it has none (local store, no lock mode).
+    retain_until: datetime | None = None
 
 
 @runtime_checkable
 class BlobStore(Protocol):
     """Immutable, content-addressed bytes.
 
-    - ``put`` is idempotent and returns only once the bytes are durable.
+    - ``put`` is idempotent and returns only once the bytes are durable. ``retain_until``
+      asks a store with a storage-level lock (:class:`RetentionLock`) to lock the bytes
+      until then at write time; stores without one ignore it.
     - ``get`` re-hashes and raises :class:`~archive.exceptions.IntegrityError` on mismatch,
       :class:`~archive.exceptions.BlobNotFound` when absent.
-    - ``delete`` is called only by retention and garbage collection.
+    - ``delete`` is called only by retention and garbage collection. On a versioned store it
+      needs the recorded ``version_id`` (a versionless delete would only hide the bytes
+      behind a delete marker) and raises :class:`ValueError` without one.
     """
 
-    def put(self, data: bytes) -> StoredBlob: ...
+    def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob: ...
 
     def get(self, address: str, version_id: str | None = None) -> bytes: ...
 
@@ -38,3 +46,52 @@ class BlobStore(Protocol):
     def addresses(self) -> Iterator[str]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RetentionLock(Protocol):
+    """Optional capability: a storage-level lock on a blob version (S3 Object Lock).
+
+    Amber's own retention rules decide what expires; this lock makes the *store* refuse an
+    early delete too, so a buggy or compromised service cannot destroy evidence early
+    (DESIGN.md, invariant 5). ``lock_mode`` None means the store sets no lock and every
+    method below is a harmless no-op (the local store, or S3 without a configured mode).
+
+    - ``set_retention`` only ever extends: a date not later than the one in force changes
+      nothing. Dates are rounded *up* to the whole second (S3's resolution). It returns the
+      retain-until now in force (at least the rounded request).
+    - ``set_legal_hold`` turns the S3 legal-hold flag on or off; while on, nothing deletes
+      the version, whatever its date.
+    - ``retention_of`` reads ``(retain_until, legal_hold)`` back (via HeadObject).
+    - ``delete`` of a locked version raises :class:`~archive.exceptions.RetentionLocked`:
+      "not yet" for the sweep, which retries it later (the clocks may disagree).
+    - ``erase`` is the admin erasure: it removes the legal hold and deletes the version,
+      bypassing GOVERNANCE retention; under COMPLIANCE it raises ``RetentionLocked`` until
+      the date has passed. Erasing what is already gone is not an error.
+    """
+
+    @property
+    def lock_mode(self) -> str | None: ...
+
+    def set_retention(
+        self, address: str, version_id: str | None, retain_until: datetime
+    ) -> datetime: ...
+
+    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None: ...
+
+    def retention_of(
+        self, address: str, version_id: str | None
+    ) -> tuple[datetime | None, bool]: ...
+
+    def erase(self, address: str, version_id: str | None, reason: str) -> None: ...
+
+
+def ceil_to_second(moment: datetime) -> datetime:
+    """``moment`` in UTC, rounded up to the whole second (S3 retention dates are whole
+    seconds, and rounding down would shorten a retention)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("retention dates must be timezone-aware")
+    moment = moment.astimezone(UTC)
+    if moment.microsecond:
+        moment = moment.replace(microsecond=0) + timedelta(seconds=1)
+    return moment

@@ -4,20 +4,30 @@ Layout: ``<root>/<2 hex>/<2 hex>/<64 hex>``, so no directory grows past 65,536 e
 A write goes to a temporary file in the same directory, is fsync'd, renamed into place
 (atomic on POSIX) and the directory is fsync'd, so a crash leaves either nothing, a stray
 temporary file, or the complete blob — never a partial blob under its address.
+
+The local store has no storage-level lock: it implements
+:class:`~archive.blobstore.base.RetentionLock` with ``lock_mode`` None, so ``retain_until``,
+retention dates and legal holds are accepted and ignored, and ``erase`` is a plain delete.
+Early deletion is prevented by Amber's retention rules alone; anyone with write access to
+the directory can delete evidence. Use S3 with Object Lock where that matters.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
-from archive.blobstore.base import StoredBlob
+from archive.blobstore.base import StoredBlob, ceil_to_second
 from archive.exceptions import BlobNotFound, StorageError
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
 _TEMP_PREFIX = ".tmp-"
+
+log = logging.getLogger(__name__)
 
 
 class LocalBlobStore:
@@ -30,7 +40,10 @@ class LocalBlobStore:
         digest = parse_address(address)
         return self.root / digest[:2] / digest[2:4] / digest
 
-    def put(self, data: bytes) -> StoredBlob:
+    def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
+        """Store ``data``; ``retain_until`` is ignored (no storage-level lock here)."""
+        if retain_until is not None:
+            ceil_to_second(retain_until)  # same validation as a locking store
         address = content_address(data)
         path = self.path_for(address)
         if path.exists():
@@ -77,6 +90,39 @@ class LocalBlobStore:
 
     def close(self) -> None:
         return None
+
+    def versions_of(self, address: str) -> list[str | None]:
+        """``[None]`` when the blob exists (the local store keeps no versions), else ``[]``."""
+        return [None] if self.exists(address) else []
+
+    # -- RetentionLock: no storage-level lock, so no-ops ------------------------------------
+
+    @property
+    def lock_mode(self) -> str | None:
+        return None
+
+    def set_retention(
+        self, address: str, version_id: str | None, retain_until: datetime
+    ) -> datetime:
+        """Nothing to set; returns ``retain_until`` rounded up to the second, like S3."""
+        self.path_for(address)  # validates the address
+        return ceil_to_second(retain_until)
+
+    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None:
+        self.path_for(address)
+
+    def retention_of(self, address: str, version_id: str | None) -> tuple[datetime | None, bool]:
+        """Always ``(None, False)``; raises BlobNotFound when the blob is absent."""
+        if not self.exists(address):
+            raise BlobNotFound("no blob at this address", address=address)
+        return None, False
+
+    def erase(self, address: str, version_id: str | None, reason: str) -> None:
+        """Admin erasure: a plain delete (nothing at storage level can refuse it)."""
+        if not reason.strip():
+            raise ValueError("an erasure needs a reason")
+        log.warning("erasing blob %s from the local store", address)
+        self.delete(address, version_id)
 
     def _write_atomically(self, path: Path, data: bytes) -> None:
         directory = path.parent

@@ -15,6 +15,16 @@ Why it is built this way:
 - Retries live in exactly one place, :meth:`S3BlobStore._retry` (botocore's own are turned
   off), bounded, with exponential backoff and jitter. A GET whose body broke mid-read is
   re-issued from scratch; short bytes are never returned.
+- S3 Object Lock (``lock_mode`` GOVERNANCE or COMPLIANCE, bucket created with Object Lock):
+  a put may lock the new version until a date; :meth:`S3BlobStore.set_retention` only ever
+  extends it (HEAD first, and a refused shortening is never retried with a bypass);
+  the legal-hold flag mirrors Amber's holds. The store then refuses an early delete with
+  403 AccessDenied, which :meth:`S3BlobStore.delete` raises as ``RetentionLocked``: "not
+  yet", the sweep retries later. Lock state is read with HeadObject (moto's
+  GetObjectRetention is unreliable). Dates are whole seconds, always rounded up.
+- On a versioned bucket (every Object Lock bucket is one) deletes need the recorded
+  VersionId: a versionless DeleteObject only adds a delete marker, hiding the evidence
+  instead of deleting it, so :meth:`S3BlobStore.delete` refuses it with ``ValueError``.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import boto3
@@ -43,9 +55,15 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from archive.blobstore.base import StoredBlob
-from archive.config import Settings
-from archive.exceptions import AmberError, BlobNotFound, IntegrityError, StorageError
+from archive.blobstore.base import StoredBlob, ceil_to_second
+from archive.config import OBJECT_LOCK_MODES, Settings
+from archive.exceptions import (
+    AmberError,
+    BlobNotFound,
+    IntegrityError,
+    RetentionLocked,
+    StorageError,
+)
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
 log = logging.getLogger(__name__)
@@ -63,6 +81,10 @@ _BLOBS = "blobs"
 _RELATIVE_KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})")
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "NotFound", "404"})
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
+# How S3 refuses to delete (or to shorten the retention of) a version under Object Lock:
+# AWS, SeaweedFS, Ceph and MinIO answer 403 AccessDenied; some say ObjectLocked.
+_LOCK_REFUSAL_CODES = frozenset({"AccessDenied", "ObjectLocked", "ObjectLockedException"})
+_LOCK_WORDS = re.compile(r"lock|retention|retain|hold|worm", re.IGNORECASE)
 # Error codes worth another attempt even though their status is below 500.
 _TRANSIENT_CODES = frozenset(
     {
@@ -100,9 +122,12 @@ class S3BlobStore:
         sleep: Callable[[float], None] = time.sleep,
         owns_client: bool = False,
         encryption: dict[str, str] | None = None,
+        lock_mode: str | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
+        if lock_mode is not None and lock_mode not in OBJECT_LOCK_MODES:
+            raise ValueError(f"lock_mode must be one of {', '.join(OBJECT_LOCK_MODES)} or None")
         self.client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -114,6 +139,9 @@ class S3BlobStore:
         # Extra PutObject parameters for server-side encryption (SSE-S3 or SSE-KMS).
         self.encryption = dict(encryption or {})
         self._blobs_prefix = f"{self.prefix}/{_BLOBS}/" if self.prefix else f"{_BLOBS}/"
+        self._lock_mode = lock_mode
+        # Object Lock buckets are always versioned; otherwise asked once (GetBucketVersioning).
+        self._versioned: bool | None = True if lock_mode else None
 
     @classmethod
     def from_settings(
@@ -128,7 +156,8 @@ class S3BlobStore:
         )
         return cls(
             client, bucket, prefix, owns_client=True,
-            encryption=encryption_params(settings.s3_sse, settings.s3_sse_kms_key_id), **options,
+            encryption=encryption_params(settings.s3_sse, settings.s3_sse_kms_key_id),
+            **{"lock_mode": settings.s3_object_lock_mode, **options},
         )
 
     # -- the BlobStore interface -------------------------------------------------------
@@ -137,11 +166,21 @@ class S3BlobStore:
         digest = parse_address(address)
         return f"{self._blobs_prefix}{digest[:2]}/{digest[2:4]}/{digest}"
 
-    def put(self, data: bytes) -> StoredBlob:
+    def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
+        """Store ``data`` (conditional create); with ``retain_until`` and a lock mode, lock it.
+
+        The new version gets ``ObjectLockMode`` / ``ObjectLockRetainUntilDate`` (rounded up
+        to the second) in the PutObject itself, so it is never stored unlocked. When the
+        bytes were already stored, their version's retention is extended if shorter.
+        A date not in the future locks nothing (S3 would refuse the write).
+        """
         address = content_address(data)
         key = self.key_for(address)
         checksum = _sha256_base64(data)
-        return self._retry("PUT", address, lambda: self._put_once(key, address, data, checksum))
+        lock = self._initial_lock(retain_until)
+        return self._retry(
+            "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
+        )
 
     def get(self, address: str, version_id: str | None = None) -> bytes:
         key = self.key_for(address)
@@ -160,14 +199,17 @@ class S3BlobStore:
         return self._retry("HEAD", address, lambda: self._head(key) is not None)
 
     def delete(self, address: str, version_id: str | None = None) -> None:
-        """Delete the blob; with ``version_id``, that version for good.
+        """Delete that version of the blob for good (without a version: unversioned buckets).
 
-        On a versioned bucket a delete without a version only adds a delete marker (the
-        bytes stay recoverable); retention and GC pass the version they recorded.
+        On a versioned bucket a delete without a version would only add a delete marker,
+        hiding the evidence rather than deleting it: that raises :class:`ValueError`.
+        Retention and GC pass the version they recorded. A version still under Object
+        Lock retention or legal hold raises :class:`RetentionLocked` ("not yet").
         """
         key = self.key_for(address)
+        self._require_version("delete", version_id)
         params = self._params(key, version_id)
-        self._retry("DELETE", address, lambda: self._delete_once(params))
+        self._retry("DELETE", address, lambda: self._delete_once(params, address))
 
     def addresses(self) -> Iterator[str]:
         """Every blob address under the prefix (current versions), page by page."""
@@ -186,25 +228,128 @@ class S3BlobStore:
         if self._owns_client:
             self.client.close()
 
+    def versions_of(self, address: str) -> list[str | None]:
+        """Every stored version of the blob, oldest first (``[None]`` on an unversioned
+        bucket when it exists). For callers with no recorded VersionId, such as the GC of
+        orphans a crashed write left behind: they delete each version explicitly."""
+        key = self.key_for(address)
+        if not self._is_versioned():
+            return [None] if self.exists(address) else []
+        found: list[tuple[datetime, str]] = []
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": key}
+        while True:
+            page = self._retry(
+                "LIST", address, functools.partial(self.client.list_object_versions, **params)
+            )
+            for item in page.get("Versions", []):
+                if item["Key"] == key and item.get("VersionId"):
+                    found.append((item["LastModified"], item["VersionId"]))
+            if not page.get("IsTruncated"):
+                break
+            params["KeyMarker"] = page.get("NextKeyMarker")
+            params["VersionIdMarker"] = page.get("NextVersionIdMarker")
+        return [version for _, version in sorted(found)]
+
+    def stored_at(self, address: str) -> datetime | None:
+        """When the newest version was written (None if absent): GC's safety age."""
+        head = self._head(self.key_for(address))
+        if head is None:
+            return None
+        modified: datetime = head["LastModified"]
+        return modified
+
+    # -- the RetentionLock capability (S3 Object Lock) ---------------------------------
+
+    @property
+    def lock_mode(self) -> str | None:
+        """The Object Lock mode: "GOVERNANCE", "COMPLIANCE", or None (no lock is set)."""
+        return self._lock_mode
+
+    def set_retention(
+        self, address: str, version_id: str | None, retain_until: datetime
+    ) -> datetime:
+        """Extend the version's retain-until to ``retain_until`` (rounded up to the second).
+
+        Never shortens: when the date in force is already as late, nothing is sent.
+        Returns the date now in force (at least the rounded request). Without a lock mode,
+        or for a date already past (which S3 refuses), nothing is sent either.
+        """
+        wanted = ceil_to_second(retain_until)
+        if self._lock_mode is None:
+            return wanted
+        key = self.key_for(address)
+        return self._retry(
+            "RETENTION", address, lambda: self._extend_once(key, address, version_id, wanted)
+        )
+
+    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None:
+        """Turn the version's S3 legal hold on or off (no-op without a lock mode)."""
+        if self._lock_mode is None:
+            return
+        key = self.key_for(address)
+        params = self._params(key, version_id)
+        self._retry("LEGAL_HOLD", address, lambda: self._legal_hold_once(params, address, on))
+
+    def retention_of(self, address: str, version_id: str | None) -> tuple[datetime | None, bool]:
+        """``(retain_until in UTC or None, legal hold on)`` of the version, via HeadObject."""
+        key = self.key_for(address)
+        head = self._retry("HEAD", address, lambda: self._head(key, version_id))
+        if head is None:
+            raise BlobNotFound("no blob at this address", address=address)
+        until, _mode, hold = _lock_state(head)
+        return until, hold
+
+    def erase(self, address: str, version_id: str | None, reason: str) -> None:
+        """Admin erasure of one version, now: legal hold off, then delete.
+
+        GOVERNANCE retention is bypassed (``BypassGovernanceRetention``; needs the
+        ``s3:BypassGovernanceRetention`` permission). COMPLIANCE retention cannot be:
+        :class:`RetentionLocked` says erasure is impossible until the date. Erasing a
+        version that is already gone does nothing. ``reason`` is required but not logged
+        (it may name a person); the caller records it in the admin log.
+        """
+        if not reason.strip():
+            raise ValueError("an erasure needs a reason")
+        key = self.key_for(address)
+        self._require_version("erase", version_id)
+        self._retry("ERASE", address, lambda: self._erase_once(key, address, version_id))
+
     # -- single attempts (no retries here) --------------------------------------------
 
-    def _put_once(self, key: str, address: str, data: bytes, checksum: str) -> StoredBlob:
+    def _put_once(
+        self, key: str, address: str, data: bytes, checksum: str, lock: datetime | None
+    ) -> StoredBlob:
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": key,
+            "Body": data,
+            "IfNoneMatch": "*",
+            # The algorithm header too: AWS requires it (or Content-MD5) for any write to an
+            # Object Lock bucket with a retention; botocore keeps our precomputed value.
+            "ChecksumAlgorithm": "SHA256",
+            "ChecksumSHA256": checksum,
+            "ContentType": "application/octet-stream",
+            **self.encryption,
+        }
+        if lock is not None:
+            params["ObjectLockMode"] = self._lock_mode
+            params["ObjectLockRetainUntilDate"] = lock
         try:
-            response = self.client.put_object(
-                Bucket=self.bucket,
-                Key=key,
-                Body=data,
-                IfNoneMatch="*",
-                ChecksumSHA256=checksum,
-                ContentType="application/octet-stream",
-                **self.encryption,
-            )
+            response = self.client.put_object(**params)
         except ClientError as exc:
             if _error_code(exc) not in _PRECONDITION_CODES:
                 raise
-            return self._confirm_existing(key, address, len(data), checksum)
+            existing = self._confirm_existing(key, address, len(data), checksum)
+            if lock is not None and (existing.retain_until is None or existing.retain_until < lock):
+                applied = self._extend_once(key, address, existing.version_id, lock)
+                existing = replace(existing, retain_until=applied)
+            return existing
         return StoredBlob(
-            address=address, size=len(data), version_id=response.get("VersionId"), created=True
+            address=address,
+            size=len(data),
+            version_id=response.get("VersionId"),
+            created=True,
+            retain_until=lock,
         )
 
     def _confirm_existing(self, key: str, address: str, size: int, checksum: str) -> StoredBlob:
@@ -219,7 +364,11 @@ class S3BlobStore:
                 address=address,
             )
         return StoredBlob(
-            address=address, size=size, version_id=head.get("VersionId"), created=False
+            address=address,
+            size=size,
+            version_id=head.get("VersionId"),
+            created=False,
+            retain_until=_lock_state(head)[0],
         )
 
     def _get_once(self, key: str, address: str, version_id: str | None) -> bytes:
@@ -237,10 +386,10 @@ class S3BlobStore:
             body.close()
         return data
 
-    def _head(self, key: str) -> dict[str, Any] | None:
+    def _head(self, key: str, version_id: str | None = None) -> dict[str, Any] | None:
         try:
             head: dict[str, Any] = self.client.head_object(
-                Bucket=self.bucket, Key=key, ChecksumMode="ENABLED"
+                **self._params(key, version_id), ChecksumMode="ENABLED"
             )
         except ClientError as exc:
             if _error_code(exc) in _NOT_FOUND_CODES:
@@ -248,12 +397,149 @@ class S3BlobStore:
             raise
         return head
 
-    def _delete_once(self, params: dict[str, str]) -> None:
+    def _delete_once(self, params: dict[str, Any], address: str) -> None:
         try:
             self.client.delete_object(**params)
         except ClientError as exc:
+            if _is_lock_refusal(exc):
+                raise self._locked(params, address, exc) from None
             if _error_code(exc) not in _NOT_FOUND_CODES:
                 raise
+
+    def _locked(self, params: dict[str, Any], address: str, exc: ClientError) -> RetentionLocked:
+        """The RetentionLocked for a refused delete, with the lock state when readable."""
+        detail: dict[str, Any] = {"bucket": self.bucket, "address": address}
+        if params.get("VersionId"):
+            detail["version_id"] = params["VersionId"]
+        try:
+            head = self._head(params["Key"], params.get("VersionId"))
+        except Exception:  # best effort: the refusal is what matters
+            head = None
+        until, mode, hold = _lock_state(head) if head is not None else (None, None, False)
+        if until is not None:
+            detail["retain_until"] = until.isoformat()
+        if mode is not None:
+            detail["lock_mode"] = mode
+        detail["legal_hold"] = hold
+        what = "a legal hold" if hold else "Object Lock retention"
+        if until is not None and not hold:
+            what += f" until {until.isoformat()}"
+        return RetentionLocked(
+            f"S3 refused to delete this version ({describe(exc)}): {what} is still in force, or"
+            " the store's clock is behind ours; not yet, retry later (persistent AccessDenied"
+            " without a lock means missing permissions)",
+            **detail,
+        )
+
+    def _require_version(self, operation: str, version_id: str | None) -> None:
+        if version_id is None and self._is_versioned():
+            raise ValueError(
+                f"{operation} on the versioned bucket {self.bucket!r} needs the recorded"
+                " version_id: without it S3 only adds a delete marker, hiding the evidence"
+                " instead of deleting it"
+            )
+
+    def _is_versioned(self) -> bool:
+        """Whether the bucket keeps versions (asked once; versioning never turns off)."""
+        if self._versioned is None:
+            answer = self._retry(
+                "VERSIONING", None, lambda: self.client.get_bucket_versioning(Bucket=self.bucket)
+            )
+            self._versioned = answer.get("Status") in ("Enabled", "Suspended")
+        return self._versioned
+
+    def _initial_lock(self, retain_until: datetime | None) -> datetime | None:
+        """The retain-until to set in a PutObject, or None for no lock."""
+        if retain_until is None:
+            return None
+        wanted = ceil_to_second(retain_until)
+        if self._lock_mode is None or wanted <= _now():
+            return None
+        return wanted
+
+    def _extend_once(
+        self, key: str, address: str, version_id: str | None, wanted: datetime
+    ) -> datetime:
+        """One HEAD-then-PutObjectRetention; never sends a date earlier than the one in force."""
+        head = self._head(key, version_id)
+        if head is None:
+            raise BlobNotFound("no blob at this address", address=address)
+        current, current_mode, _hold = _lock_state(head)
+        if current is not None and current >= wanted:
+            return current
+        if wanted <= _now():
+            return wanted  # protects nothing, and S3 refuses retain-until dates in the past
+        modes = [self._lock_mode]
+        if current_mode is not None and current is not None and current > _now():
+            if current_mode == "COMPLIANCE":
+                modes = ["COMPLIANCE"]  # never try to weaken: S3 would refuse it anyway
+            elif current_mode != self._lock_mode:
+                # GOVERNANCE -> COMPLIANCE is allowed by AWS but refused by some stores
+                # (SeaweedFS 4.48): then at least extend the date in the mode in force.
+                modes.append(current_mode)
+        for number, mode in enumerate(modes, start=1):
+            try:
+                self.client.put_object_retention(
+                    **self._params(key, version_id),
+                    Retention={"Mode": mode, "RetainUntilDate": wanted},
+                )
+                return wanted
+            except ClientError as exc:
+                code = _error_code(exc)
+                if code in _NOT_FOUND_CODES:
+                    raise BlobNotFound("no blob at this address", address=address) from None
+                if code not in _LOCK_REFUSAL_CODES and code != "InvalidRequest":
+                    raise
+                # A concurrent extension may have gone further; otherwise this is for a human.
+                again = self._head(key, version_id)
+                in_force = _lock_state(again)[0] if again is not None else None
+                if in_force is not None and in_force >= wanted:
+                    return in_force
+                if number < len(modes):
+                    log.warning(
+                        "S3 refused to change the Object Lock mode of %s to %s (%s);"
+                        " extending it in %s instead",
+                        address, mode, describe(exc), modes[number],
+                    )
+                    continue
+                raise StorageError(
+                    f"S3 refused to extend retention to {wanted.isoformat()} ({describe(exc)});"
+                    " is Object Lock enabled on the bucket, and the mode change allowed?",
+                    operation="RETENTION",
+                    bucket=self.bucket,
+                    address=address,
+                ) from None
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    def _legal_hold_once(self, params: dict[str, Any], address: str, on: bool) -> None:
+        try:
+            self.client.put_object_legal_hold(**params, LegalHold={"Status": "ON" if on else "OFF"})
+        except ClientError as exc:
+            if _error_code(exc) in _NOT_FOUND_CODES:
+                raise BlobNotFound("no blob at this address", address=address) from None
+            raise
+
+    def _erase_once(self, key: str, address: str, version_id: str | None) -> None:
+        head = self._head(key, version_id)
+        if head is None:
+            return  # already gone: erasure is idempotent
+        until, mode, hold = _lock_state(head)
+        if mode == "COMPLIANCE" and until is not None and until > _now():
+            raise RetentionLocked(
+                f"erasure is impossible until {until.isoformat()}: this version is under S3"
+                " Object Lock COMPLIANCE retention, which nobody can shorten or bypass",
+                bucket=self.bucket,
+                address=address,
+                version_id=version_id or "",
+                retain_until=until.isoformat(),
+                lock_mode=mode,
+            )
+        params: dict[str, Any] = self._params(key, version_id)
+        if hold:
+            self._legal_hold_once(params, address, on=False)
+        if mode == "GOVERNANCE" and until is not None:
+            params = {**params, "BypassGovernanceRetention": True}
+        self._delete_once(params, address)
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
         params = {"Bucket": self.bucket, "Prefix": self._blobs_prefix}
@@ -262,8 +548,8 @@ class S3BlobStore:
         page: dict[str, Any] = self.client.list_objects_v2(**params)
         return page
 
-    def _params(self, key: str, version_id: str | None) -> dict[str, str]:
-        params = {"Bucket": self.bucket, "Key": key}
+    def _params(self, key: str, version_id: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if version_id:
             params["VersionId"] = version_id
         return params
@@ -372,6 +658,30 @@ def describe(exc: BaseException) -> str:
 
 def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _is_lock_refusal(exc: ClientError) -> bool:
+    """S3 refusing because of Object Lock (AccessDenied, or a lock-worded InvalidRequest)."""
+    code = _error_code(exc)
+    if code in _LOCK_REFUSAL_CODES:
+        return True
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    return code == "InvalidRequest" and _LOCK_WORDS.search(message) is not None
+
+
+def _lock_state(head: dict[str, Any]) -> tuple[datetime | None, str | None, bool]:
+    """(retain-until in UTC, mode, legal hold on) from a HeadObject answer."""
+    until = head.get("ObjectLockRetainUntilDate")
+    if isinstance(until, datetime):
+        until = until.astimezone(UTC) if until.tzinfo else until.replace(tzinfo=UTC)
+    else:
+        until = None
+    mode = head.get("ObjectLockMode") or None
+    return until, mode, head.get("ObjectLockLegalHoldStatus") == "ON"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _sha256_base64(data: bytes) -> str:

@@ -1,0 +1,152 @@
+"""Retention sweep throughput over a large index (not a test; prints figures).
+
+Builds an embedded-default archive (local blobs + SQLite, durability on) holding N mementos
+(default 1,000,000) of which E (default 10,000) have expired — rows inserted in bulk, blobs
+written for the expired ones — then measures:
+
+- expiry evaluation: mementos/s through the same per-batch evaluation the sweep uses
+  (citations joined to transcripts, holds, grace), over a sample of 200,000 ids;
+- a full sweep: mementos deleted/s and blobs deleted/s against the local store;
+- scaling: the same sweep over an index 10x smaller with the same number expired — the
+  ratio of the two sweep times shows the cost follows what expired, not the archive size.
+
+Usage: python benchmarks/bench_retention.py [--mementos N] [--expired E]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert
+
+from archive.archive import Archive
+from archive.config import Settings
+from archive.dates import utc_now
+from archive.hashing import content_address
+from archive.schema import blobs, citations, mementos, transcripts
+
+CHUNK = 20_000
+
+
+def build(root: Path, total: int, expired: int) -> Archive:
+    archive = Archive.open(Settings(data_dir=root))
+    now = utc_now()
+    old = now - timedelta(days=400)
+    archive.transcripts.put("default", "long", "P7Y", {"customer": "bench"})
+    with archive.index.write() as connection:
+        connection.execute(insert(transcripts).values(
+            tenant="default", id="expired-t", created_at=old, updated_at=old, retention="P30D",
+            retain_until=old + timedelta(days=30), labels_json="{}", legal_hold=0))
+    rows: list[dict[str, Any]] = []
+    blob_rows: list[dict[str, Any]] = []
+    cite_rows: list[dict[str, Any]] = []
+    for number in range(total):
+        is_expired = number < expired
+        if is_expired:
+            stored = archive.blobs.put(f"expired blob {number}".encode())
+            address, size = stored.address, stored.size
+        else:
+            address, size = content_address(f"live {number}".encode()), 100  # rows only
+        memento_id = f"{number:032x}"
+        rows.append({
+            "id": memento_id, "tenant": "default", "uri_r": f"https://bench.example/{number % 5000}",
+            "urir_key": f"https://bench.example/{number % 5000}", "captured_at": old,
+            "archived_at": old if is_expired else now, "content_hash": address,
+            "blob_version_id": None, "media_type": "text/plain", "size": size, "scope": "document",
+            "tool": "http.get", "final_url": None, "http_status": 200, "headers_json": "{}",
+            "expires_at": old + timedelta(days=14) if is_expired else now + timedelta(days=3650),
+            "deleted_at": None, "deletion_reason": None, "legal_hold": 0,
+        })
+        blob_rows.append({"address": address, "size": size, "version_id": None, "stored_at": old,
+                          "state": "live", "lock_legal_hold": 0})
+        if number % 10 == 0:  # a tenth of everything is cited (expired ones by an expired transcript)
+            cite_rows.append({
+                "id": f"c{number:031x}", "tenant": "default",
+                "transcript_id": "expired-t" if is_expired else "long", "passage_memento_id": memento_id,
+                "document_memento_id": None, "document_hash": address, "document_size": size,
+                "document_media_type": "text/plain", "document_uri_r": "https://bench.example/",
+                "document_captured_at": old, "document_tool": "http.get", "document_final_url": None,
+                "document_http_status": 200, "document_headers_json": "{}", "quote_hash": address,
+                "selector_json": '{"exact": "x", "prefix": "", "suffix": ""}', "position_start": 0,
+                "position_end": 1, "extractor": "amber-plain", "extractor_version": "1",
+                "normalisation": "amber-norm-1", "match_method": "exact", "run_id": None,
+                "source_ids_json": "[]", "created_at": old,
+            })
+        if len(rows) >= CHUNK:
+            _flush(archive, rows, blob_rows, cite_rows)
+    _flush(archive, rows, blob_rows, cite_rows)
+    return archive
+
+
+def _flush(archive: Archive, rows: list[Any], blob_rows: list[Any], cite_rows: list[Any]) -> None:
+    with archive.index.write() as connection:
+        if blob_rows:
+            archive.index.insert_ignoring(connection, blobs, blob_rows, conflict=["address"])
+        if rows:
+            connection.execute(insert(mementos), rows)
+        if cite_rows:
+            connection.execute(insert(citations), cite_rows)
+    rows.clear()
+    blob_rows.clear()
+    cite_rows.clear()
+
+
+def measure(total: int, expired: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as root:
+        started = time.perf_counter()
+        archive = build(Path(root), total, expired)
+        built = time.perf_counter() - started
+        try:
+            sample = [f"{n:032x}" for n in range(0, total, max(1, total // 200_000))][:200_000]
+            started = time.perf_counter()
+            for start in range(0, len(sample), 500):
+                with archive.index.read() as connection:
+                    archive.retention._evaluate(connection, sample[start:start + 500])
+            evaluation = time.perf_counter() - started
+            started = time.perf_counter()
+            report = archive.retention.sweep(batch_size=500)
+            sweep = time.perf_counter() - started
+            assert report.mementos_deleted == expired, report.as_dict()
+            assert report.blobs_deleted == expired, report.as_dict()
+        finally:
+            archive.close()
+    return {
+        "mementos": total, "expired": expired, "build_seconds": round(built, 1),
+        "evaluated_per_second": round(len(sample) / evaluation),
+        "sweep_seconds": round(sweep, 2),
+        "deleted_mementos_per_second": round(expired / sweep),
+        "deleted_blobs_per_second": round(report.blobs_deleted / sweep),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mementos", type=int, default=1_000_000)
+    parser.add_argument("--expired", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    large = measure(args.mementos, args.expired)
+    small = measure(max(args.expired * 2, args.mementos // 10), args.expired)
+    result = {"large": large, "small": small,
+              "sweep_time_ratio_large_over_small": round(large["sweep_seconds"] / small["sweep_seconds"], 2)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for name in ("large", "small"):
+        figures = result[name]
+        print(f"{name:>6}: {figures['mementos']:>9,} mementos, {figures['expired']:,} expired | "
+              f"evaluate {figures['evaluated_per_second']:>8,}/s | sweep {figures['sweep_seconds']} s "
+              f"({figures['deleted_mementos_per_second']:,} mementos/s, "
+              f"{figures['deleted_blobs_per_second']:,} blobs/s) | build {figures['build_seconds']} s")
+    print(f"sweep time, 10x larger index / smaller index: {result['sweep_time_ratio_large_over_small']} "
+          "(≈1 means cost follows what expired, not archive size)")
+
+
+if __name__ == "__main__":
+    main()
