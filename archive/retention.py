@@ -112,8 +112,56 @@ class Retention:
                 progress(report)
         if not dry_run:
             self._delete_dying_blobs(report)
+            if lock_mode_of(self.archive.blobs):
+                self.sync_locks()
         report.next_expiry = self._next_expiry(now)
         return report
+
+    # -- S3 Object Lock: the store itself refuses early deletion ----------------------
+
+    def sync_locks(self) -> dict[str, int]:
+        """Extend each live blob's Object Lock to its latest expiry (rounded up to the day)
+        and keep its legal-hold flag on while any hold in Amber reaches it.
+
+        Retain-until dates only ever grow; rounding to the day turns a burst of citations
+        into one PutObjectRetention per blob per day at most.
+        """
+        store = self.archive.blobs
+        extended = holds_changed = 0
+        with self.index.read() as connection:
+            wanted = connection.execute(
+                select(mementos.c.content_hash, mementos.c.blob_version_id,
+                       func.max(mementos.c.expires_at).label("until"),
+                       func.max(mementos.c.legal_hold).label("hold"))
+                .where(mementos.c.deleted_at.is_(None))
+                .group_by(mementos.c.content_hash, mementos.c.blob_version_id)
+            ).all()
+            held_by_transcripts = set(connection.execute(
+                select(mementos.c.content_hash)
+                .join(citations, or_(citations.c.passage_memento_id == mementos.c.id,
+                                     citations.c.document_memento_id == mementos.c.id))
+                .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
+                                        transcripts.c.id == citations.c.transcript_id))
+                .where(transcripts.c.legal_hold == 1, mementos.c.deleted_at.is_(None))
+            ).scalars())
+            applied = {row.address: row for row in connection.execute(
+                select(blobs.c.address, blobs.c.lock_until, blobs.c.lock_legal_hold))}
+        for row in wanted:
+            current = applied.get(row.content_hash)
+            until = ceil_to_day(row.until) if row.until else None
+            hold = bool(row.hold) or row.content_hash in held_by_transcripts
+            changes: dict[str, Any] = {}
+            if until is not None and (current is None or current.lock_until is None or until > current.lock_until):
+                changes["lock_until"] = store.set_retention(row.content_hash, row.blob_version_id, until)
+                extended += 1
+            if current is None or bool(current.lock_legal_hold) != hold:
+                store.set_legal_hold(row.content_hash, row.blob_version_id, hold)
+                changes["lock_legal_hold"] = 1 if hold else 0
+                holds_changed += 1
+            if changes:
+                with self.index.write() as connection:
+                    connection.execute(update(blobs).where(blobs.c.address == row.content_hash).values(**changes))
+        return {"extended": extended, "holds_changed": holds_changed}
 
     def _candidates(
         self, now: datetime, cursor: tuple[datetime, str] | None, limit: int
@@ -394,8 +442,7 @@ class Retention:
                 raise NotFound("no memento with this id")
             if row.legal_hold:
                 raise RetentionConflict("the memento is under legal hold; release it first")
-            lock_mode = getattr(self.archive.blobs, "lock_mode", None)
-            if lock_mode == "COMPLIANCE":
+            if lock_mode_of(self.archive.blobs) == "COMPLIANCE":
                 raise RetentionConflict(
                     "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
                     "delete it before its retain-until date, so erasure is impossible until then"
@@ -473,6 +520,16 @@ class Retention:
             "by_label": {name: _sized(ids, size) for name, ids in sorted(labels.items())},
             "expiring_bytes_by_month": dict(sorted(by_month.items())),
         }
+
+
+def ceil_to_day(moment: datetime) -> datetime:
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day if day == moment else day + timedelta(days=1)
+
+
+def lock_mode_of(store: Any) -> str | None:
+    mode: str | None = getattr(store, "lock_mode", None)
+    return mode
 
 
 def _sized(ids: Iterable[str], size: dict[str, int]) -> dict[str, int]:

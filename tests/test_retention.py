@@ -258,3 +258,34 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert collected == [orphan.address]
     assert not archive.blobs.exists(orphan.address)
     assert archive.read_content(kept) == b"a real memento"
+
+
+@pytest.mark.seaweedfs
+def test_object_lock_follows_expiry_and_holds(seaweedfs_settings: Any, tmp_path: Any) -> None:
+    """With Object Lock (GOVERNANCE), the store itself refuses early deletion: a new blob is
+    locked for the grace period, citations extend the lock (to the day), holds set the flag."""
+    from archive.exceptions import RetentionLocked
+
+    locked = seaweedfs_settings.with_overrides(
+        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE")
+    archive = Archive.open(locked)
+    try:
+        document = capture(archive, b"Locked evidence sentence." + FILLER)
+        until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
+        assert until is not None and until >= document.archived_at + timedelta(days=13)
+        archive.transcripts.put("default", "t", "P2Y", {})
+        citation = cite(archive, "t", document.id, "evidence sentence")
+        archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
+        archive.retention.sweep()
+        until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
+        assert until is not None and until >= utc_now() + timedelta(days=365 * 2 - 1)
+        assert until.hour == 0 and until.minute == 0  # rounded up to the day
+        assert hold is True
+        with pytest.raises(RetentionLocked):
+            archive.blobs.delete(citation.passage.content_hash, citation.passage.blob_version_id)
+        archive.retention.set_transcript_hold("default", "t", False, "closed", "admin")
+        archive.retention.sweep()
+        assert archive.blobs.retention_of(document.content_hash, document.blob_version_id)[1] is False
+    finally:
+        archive.close()
