@@ -21,6 +21,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import blake3
 from sqlalchemy import select
 
+from archive.blobstore.base import StoredBlob
 from archive.config import CitationPolicy
 from archive.dates import utc_now
 from archive.exceptions import AmberError, Gone, IdempotencyConflict, InvalidInput, NotFound
@@ -58,6 +60,7 @@ log = logging.getLogger("amber.citations")
 
 PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
 _PREPARED_CACHE_SIZE = 32
+_BLOB_WRITERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="amber-passage-put")
 
 
 @dataclass(frozen=True)
@@ -231,20 +234,29 @@ class CitationDesk:
         self, tenant: str, requests: Sequence[CitationRequest]
     ) -> tuple[list[_Planned], list[CitationError]]:
         planned, errors = [], []
+        seen: dict[Any, _Evidence] = {}  # an answer cites one document several times
         for number, request in enumerate(requests):
             try:
-                planned.append(self._plan_one(tenant, number, request))
+                planned.append(self._plan_one(tenant, number, request, seen))
             except _Rejected as rejected:
                 errors.append(CitationError(number, rejected.reason, rejected.detail))
         return planned, errors
 
-    def _plan_one(self, tenant: str, number: int, request: CitationRequest) -> _Planned:
+    def _plan_one(
+        self, tenant: str, number: int, request: CitationRequest, seen: dict[Any, _Evidence]
+    ) -> _Planned:
         quote = request.quote
         if not isinstance(quote.exact, str) or not quote.exact.strip():
             raise _Rejected("empty_quote", "the quote is empty")
         if len(quote.exact) > self.policy.max_quote_chars:
             raise _Rejected("quote_too_long", f"quotes are at most {self.policy.max_quote_chars} characters")
-        evidence = self._evidence(tenant, request)
+        source = request.source
+        key = (request.memento_id, None if source is None else (
+            source.uri_r, source.content, source.content_type, source.captured_at, source.tool,
+            source.final_url, source.http_status, tuple(sorted(source.headers.items()))))
+        evidence = seen.get(key)
+        if evidence is None:
+            evidence = seen[key] = self._evidence(tenant, request)
         if not self.policy.tool_is_evidence(evidence.facts.tool):
             raise _Rejected(
                 "disallowed_tool",
@@ -319,11 +331,14 @@ class CitationDesk:
         transcript_id = transcript.id
         passages, documents, rows = [], [], []
         contents: dict[str, bytes] = {}
-        for plan in planned:
-            contents[content_address(plan.passage_bytes)] = plan.passage_bytes
+        # Passage blobs are independent files/objects: store them concurrently (each put is
+        # durable on its own; their fsyncs or S3 round trips overlap instead of queueing).
+        stored = list(_BLOB_WRITERS.map(lambda plan: self.archive.blobs.put(plan.passage_bytes), planned))
+        for plan, blob in zip(planned, stored, strict=True):
+            contents[blob.address] = plan.passage_bytes
             if self.policy.keep_document:
                 contents[plan.evidence.document_hash] = plan.evidence.content
-            passage = self._passage_memento(tenant, plan, now)
+            passage = self._passage_memento(tenant, plan, blob, now)
             passages.append(passage)
             document_id = plan.evidence.memento.id if plan.evidence.memento else None
             if document_id is None and self.policy.keep_document:
@@ -358,8 +373,7 @@ class CitationDesk:
             stored = self._load(connection, tenant, [r["id"] for r in rows])
         return CiteResult(stored, errors, created)
 
-    def _passage_memento(self, tenant: str, plan: _Planned, now: datetime) -> Memento:
-        blob = self.archive.blobs.put(plan.passage_bytes)
+    def _passage_memento(self, tenant: str, plan: _Planned, blob: StoredBlob, now: datetime) -> Memento:
         evidence = plan.evidence
         return Memento(
             id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),

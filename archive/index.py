@@ -235,13 +235,10 @@ class Index:
         if returning is None:
             connection.execute(statement, rows)
             return set()
-        # executemany with RETURNING is not portable; one statement per row keeps it simple
-        # and the rows share the transaction, so the batch still commits once.
-        found: set[Any] = set()
-        for row in rows:
-            result = connection.execute(statement.values(**row).returning(returning))
-            found.update(result.scalars().all())
-        return found
+        # SQLAlchemy's "insertmanyvalues" runs this as batched multi-row INSERT … RETURNING
+        # on both SQLite (≥ 3.35) and psycopg: only rows really inserted come back.
+        result = connection.execute(statement.returning(returning), rows)
+        return set(result.scalars().all())
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -233,3 +233,16 @@ def test_audit_log_lines_carry_no_text(client: Any, transcript: str, caplog: pyt
     assert lines[0]["run_id"] == "r-5" and lines[0]["source_id"] == "ev-7"
     assert lines[0]["quote_hash"].startswith("blake3:")
     assert "sixteen" not in caplog.text and "absent words" not in caplog.text
+
+
+def test_sources_are_sent_once_and_cited_by_reference(client: Any, archive: Archive, transcript: str) -> None:
+    body = {"sources": {"page": source()},
+            "citations": [{"source_ref": "page", "quote": {"exact": q}} for q in ("sixteen weeks", "Primary carer")]}
+    response = client.post("/api/v1/transcripts/t-1/citations", json=body)
+    assert response.status_code == 201, response.text
+    made = response.json()["citations"]
+    assert {c["document_hash"] for c in made} == {content_address(PAGE.encode())}
+    unknown = client.post("/api/v1/transcripts/t-1/citations",
+                          json={"citations": [{"source_ref": "nope", "quote": {"exact": "x"}}]})
+    assert unknown.status_code == 400
+    assert counts(archive) == (2, 2)

@@ -1,0 +1,139 @@
+"""Citation benchmark (not a test; prints figures).
+
+Starts ``amber serve`` on the embedded default (local blobs + SQLite, durability on, a fresh
+temporary data dir, an agent key made with the CLI) and measures over HTTP:
+
+1. latency of citing 10 distinct passages of a 100 KiB HTML page in ONE batch call (the page
+   sent inline, base64, as the SDK does), next to a plain 100 KiB memento write;
+2. distinct citations per second through the batch endpoint from concurrent clients (each
+   request: 10 passages not cited before), inline source and by memento id.
+
+Usage: python benchmarks/bench_citations.py [--seconds 10] [--clients 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import itertools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCES = 1200
+
+
+def page() -> tuple[bytes, list[str]]:
+    sentences = [f"Clause {n}: the provider shall retain record {n * 7919 % 100003} for audit purposes."
+                 for n in range(SENTENCES)]
+    body = "".join(f"<p>{s} <b>Note</b> {n}.</p>\n" for n, s in enumerate(sentences))
+    html = f"<html><head><title>Policy</title></head><body><article>{body}</article></body></html>"
+    return html.encode(), sentences
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(data_dir: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    env = {**os.environ, "AMBER_DATA_DIR": data_dir, "AMBER_RATE_LIMIT_PER_SECOND": "0"}
+    cli = [sys.executable, "-m", "api.cli"]
+    key = subprocess.run([*cli, "keys", "create", "--role", "agent"], env=env, cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    port = free_port()
+    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return server, base, key
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=8)
+    args = parser.parse_args()
+    html, sentences = page()
+    source = {"uri_r": "https://policy.example/terms", "content_base64": base64.b64encode(html).decode(),
+              "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200}
+    with tempfile.TemporaryDirectory() as data_dir:
+        server, base, key = start(data_dir)
+        try:
+            headers = {"Authorization": f"Bearer {key}"}
+            client = httpx.Client(base_url=base, headers=headers, timeout=60)
+            client.put("/api/v1/transcripts/bench", json={"retention": "P7Y"}).raise_for_status()
+            quotes = itertools.count()
+
+            def batch(evidence: dict[str, Any]) -> dict[str, Any]:
+                picks = [sentences[next(quotes) % SENTENCES] for _ in range(10)]
+                return {"citations": [{**evidence, "quote": {"exact": q}} for q in picks]}
+
+            plain, cited = [], []
+            for number in range(20):
+                started = time.perf_counter()
+                client.post("/api/v1/mementos", json={**{k: v for k, v in source.items()},
+                            "uri_r": f"https://policy.example/plain/{number}"}).raise_for_status()
+                plain.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                client.post("/api/v1/transcripts/bench/citations",
+                            json={**batch({"source_ref": "page"}), "sources": {"page": source}}).raise_for_status()
+                cited.append(time.perf_counter() - started)
+            document = client.post("/api/v1/mementos", json=source).json()["id"]
+            print(f"100 KiB page: plain memento write p50 {statistics.median(plain) * 1000:.1f} ms; "
+                  f"10 citations in one batch p50 {statistics.median(cited) * 1000:.1f} ms "
+                  f"(ratio {statistics.median(cited) / statistics.median(plain):.2f})")
+            variants: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+                ("inline each", {"source": source}, {}),
+                ("sources-ref", {"source_ref": "page"}, {"sources": {"page": source}}),
+                ("memento_id", {"memento_id": document}, {}),
+            ]
+            for label, evidence, extra in variants:
+                done = [0]
+                lock = threading.Lock()
+                stop = time.monotonic() + args.seconds
+
+                def worker(evidence: dict[str, Any] = evidence, extra: dict[str, Any] = extra) -> None:
+                    with httpx.Client(base_url=base, headers=headers, timeout=60) as own:
+                        transcript = f"bench-{threading.get_ident()}-{label.replace(' ', '-')}"
+                        own.put(f"/api/v1/transcripts/{transcript}", json={})
+                        while time.monotonic() < stop:
+                            with lock:
+                                body = {**batch(evidence), **extra}
+                            response = own.post(f"/api/v1/transcripts/{transcript}/citations", json=body)
+                            response.raise_for_status()
+                            with lock:
+                                done[0] += len(response.json()["citations"])
+
+                threads = [threading.Thread(target=worker) for _ in range(args.clients)]
+                started = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                elapsed = time.perf_counter() - started
+                print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
+                      f"({args.clients} clients, batches of 10, durability on)")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
