@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Annotated
 
@@ -13,11 +11,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
 from api.deps import get_and_head, get_archive, get_urls
-from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut
+from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
-from archive.exceptions import InvalidContent, InvalidInput
+from archive.exceptions import InvalidInput
 from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import link, link_header
@@ -56,23 +54,10 @@ def render_memento(memento: Memento, urls: Urls) -> MementoOut:
     )
 
 
-def _decode_content(body: MementoIn) -> bytes:
-    if body.content_base64 is not None:
-        try:
-            return base64.b64decode(body.content_base64, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidContent("content_base64 is not valid base64") from None
-    assert body.content is not None
-    try:
-        return body.content.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidContent("content is not valid Unicode text (lone surrogates)") from None
-
-
 def _memento_request(body: MementoIn) -> MementoRequest:
     return MementoRequest(
         uri_r=body.uri_r,
-        content=_decode_content(body),
+        content=decode_content(body.content, body.content_base64),
         content_type=body.content_type,
         captured_at=parse_rfc3339(body.captured_at) if body.captured_at is not None else None,
         scope=Scope(body.scope),

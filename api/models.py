@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from archive.exceptions import InvalidContent
+
+
+def decode_content(content: str | None, content_base64: str | None, field: str = "content") -> bytes:
+    """The body bytes from exactly one of ``content`` (text, stored UTF-8) and base64."""
+    if content_base64 is not None:
+        try:
+            return base64.b64decode(content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidContent(f"{field}_base64 is not valid base64") from None
+    assert content is not None
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidContent(f"{field} is not valid Unicode text (lone surrogates)") from None
 
 
 class MementoIn(BaseModel):
