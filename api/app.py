@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import admin, errors, mementos, timetravel, transcripts
+from api import admin, drift, errors, mementos, retention, timetravel, transcripts
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
@@ -61,7 +61,9 @@ def create_app(
     app.include_router(mementos.router)
     app.include_router(timetravel.router)
     app.include_router(transcripts.router)
+    app.include_router(drift.router)
     app.include_router(admin.router)
+    app.include_router(retention.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

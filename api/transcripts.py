@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Annotated, Any, Literal
 
@@ -14,12 +12,13 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
 from api.deps import get_archive, get_urls
-from api.models import ERROR_RESPONSES
+from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, source_drift_by_citation
+from api.models import ERROR_RESPONSES, decode_content
 from api.urls import Urls
 from archive.archive import Archive
 from archive.citations import Citation, CitationRequest, CiteResult, QuoteRequest, SourceRequest
 from archive.dates import parse_rfc3339, to_rfc3339
-from archive.exceptions import InvalidContent, InvalidInput
+from archive.exceptions import InvalidInput
 from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import robust_link, text_fragment_url
@@ -77,6 +76,10 @@ class CitationIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     memento_id: str | None = Field(default=None, max_length=64)
     source: SourceIn | None = None
+    source_ref: str | None = Field(
+        default=None, max_length=200,
+        description="Key into the request's `sources`: send a document once, cite it many times.",
+    )
     source_id: str | None = Field(default=None, max_length=200, description="The agent's evidence id.")
     quote: QuoteIn
 
@@ -84,6 +87,10 @@ class CitationIn(BaseModel):
 class CitationsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     citations: list[CitationIn] = Field(max_length=1000)
+    sources: dict[str, SourceIn] = Field(
+        default_factory=dict, max_length=100,
+        description="Captured documents named once and cited by `source_ref`.",
+    )
     fail_closed: bool | None = Field(default=None, description="Default from configuration (true).")
     run_id: str | None = Field(default=None, max_length=200)
 
@@ -107,6 +114,10 @@ class CitationOut(BaseModel):
     run_id: str | None
     source_ids: list[str]
     created_at: str
+    drift: DriftSummaryOut | None = Field(
+        default=None, description="The latest drift check of the live URI-R (transcript reads).")
+    source_drift: SourceDriftOut | None = Field(
+        default=None, description="The cited host's drift rate, when known (new citations).")
 
 
 class CitationErrorOut(BaseModel):
@@ -155,13 +166,15 @@ def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict
     }
 
 
-def _render_transcript(transcript: Transcript, cited: list[Citation], urls: Urls, attach: bool) -> dict[str, Any]:
+def _render_transcript(transcript: Transcript, cited: list[Citation], urls: Urls, attach: bool,
+                       drift: dict[str, Any] | None = None) -> dict[str, Any]:
+    drift = drift or {}
     return {
         "id": transcript.id, "created_at": to_rfc3339(transcript.created_at),
         "updated_at": to_rfc3339(transcript.updated_at), "retention": transcript.retention,
         "retain_until": to_rfc3339(transcript.retain_until), "labels": dict(transcript.labels),
         "legal_hold": transcript.legal_hold,
-        "citations": [render_citation(c, urls, attach) for c in cited],
+        "citations": [{**render_citation(c, urls, attach), "drift": drift.get(c.id)} for c in cited],
     }
 
 
@@ -179,7 +192,8 @@ def put_transcript(
     retention = body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
     written = archive.transcripts.put(principal.tenant, transcript_id, retention, body.labels)
     cited = archive.citations.for_transcript(principal.tenant, transcript_id)
-    rendered = _render_transcript(written.transcript, cited, urls, archive.settings.citations.attach_snapshot_hash)
+    rendered = _render_transcript(written.transcript, cited, urls, archive.settings.citations.attach_snapshot_hash,
+                                  latest_by_citation(archive, principal.tenant, cited, urls))
     return JSONResponse(rendered, status_code=201 if written.created else 200)
 
 
@@ -195,33 +209,34 @@ def get_transcript(
     transcript = archive.transcripts.get(principal.tenant, transcript_id)
     audit_read(request, principal, "transcript.read", transcript.id)
     cited = archive.citations.for_transcript(principal.tenant, transcript_id)
-    return _render_transcript(transcript, cited, urls, archive.settings.citations.attach_snapshot_hash)
+    return _render_transcript(transcript, cited, urls, archive.settings.citations.attach_snapshot_hash,
+                              latest_by_citation(archive, principal.tenant, cited, urls))
 
 
-def _content(source: SourceIn) -> bytes:
-    if source.content_base64 is not None:
-        try:
-            return base64.b64decode(source.content_base64, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidContent("source.content_base64 is not valid base64") from None
-    assert source.content is not None
-    try:
-        return source.content.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidContent("source.content is not valid Unicode text") from None
+def _source_request(s: SourceIn) -> SourceRequest:
+    return SourceRequest(
+        uri_r=s.uri_r, content=decode_content(s.content, s.content_base64, "source.content"),
+        content_type=s.content_type,
+        captured_at=parse_rfc3339(s.captured_at) if s.captured_at is not None else None,
+        tool=s.tool, final_url=s.final_url, http_status=s.http_status, headers=s.headers,
+    )
 
 
-def _citation_request(item: CitationIn) -> CitationRequest:
-    source = None
-    if item.source is not None:
-        s = item.source
-        source = SourceRequest(
-            uri_r=s.uri_r, content=_content(s), content_type=s.content_type,
-            captured_at=parse_rfc3339(s.captured_at) if s.captured_at is not None else None,
-            tool=s.tool, final_url=s.final_url, http_status=s.http_status, headers=s.headers,
-        )
-    quote = QuoteRequest(item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position)
-    return CitationRequest(quote=quote, memento_id=item.memento_id, source=source, source_id=item.source_id)
+def _citation_requests(body: CitationsIn) -> list[CitationRequest]:
+    shared = {ref: _source_request(source) for ref, source in body.sources.items()}
+    requests = []
+    for index, item in enumerate(body.citations):
+        if item.source_ref is not None:
+            if item.source is not None or item.source_ref not in shared:
+                raise InvalidInput(f"citation {index}: source_ref must name one of `sources` "
+                                   "(and not be given with `source`)")
+            source: SourceRequest | None = shared[item.source_ref]
+        else:
+            source = _source_request(item.source) if item.source is not None else None
+        quote = QuoteRequest(item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position)
+        requests.append(CitationRequest(quote=quote, memento_id=item.memento_id, source=source,
+                                        source_id=item.source_id))
+    return requests
 
 
 @router.post("/{transcript_id}/citations", response_model=CitationsOut, status_code=201,
@@ -237,12 +252,12 @@ async def post_citations(
     urls: Annotated[Urls, Depends(get_urls)],
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JSONResponse:
-    """Each citation names its evidence (``memento_id`` of a stored document, or the
-    captured ``source`` inline) and a ``quote``. 201 with one entry per citation in
+    """Each citation names its evidence (``memento_id`` of a stored document, the captured
+    ``source`` inline, or ``source_ref`` into the request's ``sources``) and a ``quote``. 201 with one entry per citation in
     request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
-    requests = [_citation_request(item) for item in body.citations]
+    requests = _citation_requests(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
     result: CiteResult = await run_in_threadpool(
         archive.citations.cite, principal.tenant, transcript_id, requests,
@@ -250,8 +265,10 @@ async def post_citations(
         idempotency_key=idempotency_key, request_hash=request_hash,
     )
     attach = archive.settings.citations.attach_snapshot_hash
+    rates = await run_in_threadpool(source_drift_by_citation, archive, principal.tenant, result.citations)
     return JSONResponse(
-        {"citations": [render_citation(c, urls, attach) for c in result.citations],
+        {"citations": [{**render_citation(c, urls, attach), "source_drift": rates.get(c.id)}
+                       for c in result.citations],
          "errors": [vars(e) for e in result.errors]},
         status_code=201 if result.created else 200,
     )

@@ -18,6 +18,7 @@ from archive.citations import CitationDesk
 from archive.committer import GroupCommitter
 from archive.config import Settings
 from archive.dates import to_rfc3339, utc_now
+from archive.drift import DriftService
 from archive.exceptions import (
     Gone,
     IdempotencyConflict,
@@ -38,6 +39,7 @@ from archive.mementos import (
     memento_id,
     select_headers,
 )
+from archive.retention import Retention, ceil_to_day
 from archive.transcripts import TranscriptBook
 from archive.uri import URIR, parse_uri_r
 
@@ -95,6 +97,8 @@ class Archive:
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
         self.citations = CitationDesk(self)
+        self.drift = DriftService(self)
+        self.retention = Retention(self)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch
         )
@@ -144,7 +148,7 @@ class Archive:
         )
         if facts.final_url is not None:
             parse_uri_r(facts.final_url, self.settings.internal_schemes)
-        stored = self.blobs.put(request.content)
+        stored = self.blobs.put(request.content, retain_until=self._initial_lock(archived_at))
         memento = Memento(
             id=memento_id(tenant, uri.key, captured_at, stored.address),
             tenant=tenant,
@@ -162,6 +166,13 @@ class Archive:
         return self._committer.submit(
             _PendingWrite(memento, request.content, idempotency_key, request_hash)
         )
+
+    def _initial_lock(self, archived_at: datetime) -> datetime | None:
+        """With S3 Object Lock, a new blob is locked for the grace period from the start;
+        retention jobs extend the lock when a longer-lived citation reaches it."""
+        if getattr(self.blobs, "lock_mode", None) is None:
+            return None
+        return ceil_to_day(archived_at + timedelta(days=self.settings.citations.retention_days))
 
     def _commit_batch(self, batch: Sequence[_PendingWrite]) -> list[WriteResult | BaseException]:
         results: list[WriteResult | BaseException] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, Table, Text
+from sqlalchemy import BigInteger, Column, DateTime, Float, Integer, MetaData, Table, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
@@ -177,4 +177,64 @@ admin_log = Table(
     Column("reason", Text, nullable=False),
     Column("detail_json", Text, nullable=False),
     Column("at", UTCDateTime, nullable=False),
+)
+
+drift_checks = Table(
+    "drift_checks",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("citation_id", Text, nullable=False),
+    Column("transcript_id", Text, nullable=False),
+    Column("memento_id", Text, nullable=False),  # the cited passage memento
+    Column("uri_r", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("checked_at", UTCDateTime, nullable=False),
+    Column("verdict", Text, nullable=False),
+    Column("redirected_to", Text),
+    Column("http_status", Integer),
+    Column("error", Text),
+    Column("fetch_ms", Integer),
+    Column("extract_ms", Integer),
+    Column("classify_ms", Integer),
+    Column("extractor", Text),
+    Column("extractor_version", Text),
+    Column("rules_version", Text, nullable=False),
+    Column("live_hash", Text),
+    Column("found_start", Integer),
+    Column("found_end", Integer),
+    Column("found_method", Text),
+    Column("found_score", Float),
+    Column("reasons_json", Text, nullable=False),
+    Column("diff_json", Text),
+    Column("new_passage_memento_id", Text),
+    Column("live_document_memento_id", Text),
+)
+
+drift_state = Table(
+    "drift_state",
+    metadata,
+    Column("citation_id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("last_check_id", Text, nullable=False),
+    Column("last_checked_at", UTCDateTime, nullable=False),
+    Column("last_verdict", Text, nullable=False),
+    Column("last_conclusive_verdict", Text),
+    Column("last_new_passage_memento_id", Text),
+    Column("last_new_passage_hash", Text),
+    Column("stable_streak", Integer, nullable=False, default=0),
+)
+
+transcript_reviews = Table(
+    "transcript_reviews",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("transcript_id", Text, primary_key=True),
+    Column("needs_review", Integer, nullable=False, default=0),
+    Column("reasons_json", Text, nullable=False),
+    Column("flagged_at", UTCDateTime),
+    Column("cleared_by", Text),
+    Column("cleared_note", Text),
+    Column("cleared_at", UTCDateTime),
 )
