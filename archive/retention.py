@@ -35,7 +35,7 @@ from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
 from archive.index import Index
-from archive.schema import admin_log, blobs, citations, mementos, transcripts
+from archive.schema import admin_log, blobs, citations, drift_checks, mementos, transcripts
 from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000
@@ -254,11 +254,13 @@ class Retention:
         self._mark_orphans_dying(connection, ids)
 
     def _forget_text(self, connection: Any, memento_ids: Sequence[str]) -> None:
-        # Tombstones keep hashes, dates and policy — never quote or selector text.
-        connection.execute(
-            update(citations).where(citations.c.passage_memento_id.in_(list(memento_ids)))
-            .values(selector_json=None)
-        )
+        # Tombstones keep hashes, dates and policy — never quote or selector text, nor the
+        # drift diffs (old and new wording of the cited passage).
+        ids = list(memento_ids)
+        connection.execute(update(citations).where(citations.c.passage_memento_id.in_(ids))
+                           .values(selector_json=None))
+        connection.execute(update(drift_checks).where(drift_checks.c.memento_id.in_(ids))
+                           .values(diff_json=None))
 
     def _mark_orphans_dying(self, connection: Any, memento_ids: Sequence[str]) -> None:
         hashes = connection.execute(
