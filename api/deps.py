@@ -13,12 +13,14 @@ from archive.archive import Archive
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def get_archive(request: Request) -> Archive:
+# Plain lookups are ``async def`` on purpose: FastAPI runs a sync dependency in the thread
+# pool, and a thread hop per lookup per request costs more than the lookup.
+async def get_archive(request: Request) -> Archive:
     archive: Archive = request.app.state.archive
     return archive
 
 
-def get_urls(request: Request) -> Urls:
+async def get_urls(request: Request) -> Urls:
     urls: Urls = request.app.state.urls
     return urls
 

@@ -365,13 +365,16 @@ def _sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
         # One connection, one writer: BEGIN IMMEDIATE takes the write lock up front.
         engine = create_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
     else:
-        engine = create_engine(url, pool_size=8, max_overflow=8)
+        # As many connections as the API has worker threads: an overflow connection is
+        # opened and closed per checkout, which under load costs more than the query.
+        engine = create_engine(url, pool_size=48, max_overflow=16, pool_timeout=60)
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if immediate:  # WAL is a property of the database file: the writer sets it once
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
