@@ -91,6 +91,8 @@ def to_ascii_uri(uri: str) -> str:
     The result never contains CR, LF, space, ``<``, ``>``, ``"`` or ``,``-breaking
     characters beyond what RFC 3986 allows, so it is safe inside ``<…>`` in a Link header.
     """
+    if uri.isascii() and not _FORBIDDEN.search(uri):
+        return uri  # the common case, on every response: nothing to encode
     return "".join(_encode_char(ch) if _needs_encoding(ch) else ch for ch in uri)
 
 

@@ -45,6 +45,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GOAL_RATIO = 0.8
 NOISY_OTHER_CPU = 0.25  # busy CPU (in cores) of everything but the server and the load
+SATURATED_LOAD_CPU = 0.85  # load process CPU (in cores) above which it is the bottleneck
 PASSAGE_BYTES = 4096
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -626,6 +627,12 @@ def _print_summary(results: list[PhaseResult], ratios: list[dict[str, Any]]) -> 
         print(f"\ncost of durability (writes): full/relaxed throughput = {full.rps / relaxed.rps:.2f}, "
               f"p50 {full.p50_ms:.2f} vs {relaxed.p50_ms:.2f} ms")
     print(f"goal (durability full): both ratios >= {GOAL_RATIO}")
+    saturated = [r for r in results if r.load_cpu > SATURATED_LOAD_CPU]
+    if saturated:
+        names = ", ".join(f"{r.mode} {r.target} {r.kind}" for r in saturated)
+        print(f"WARNING: the load process used more than {SATURATED_LOAD_CPU:.0%} of a core in: "
+              f"{names}. The load generator, not the server, limited those figures, so the "
+              "ratios overstate Amber (see README, 'Why a raw client').")
     noisy = [r for r in results if r.other_cpu > NOISY_OTHER_CPU]
     if noisy:
         worst = max(noisy, key=lambda r: r.other_cpu)
