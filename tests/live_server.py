@@ -22,9 +22,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Self
 
@@ -245,3 +247,17 @@ def running_server(
     server = start_server(env, port, **options)  # type: ignore[arg-type]
     with server:
         yield server
+
+
+@contextmanager
+def origin_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A throwaway origin web server on loopback for ``handler``; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -11,16 +11,22 @@ import json
 import re
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import click
 import httpx
 import pytest
 from click.testing import CliRunner
-from live_server import amber_command, clean_environ, create_key, free_port, start_server
+from live_server import (
+    amber_command,
+    clean_environ,
+    create_key,
+    free_port,
+    origin_server,
+    start_server,
+)
 
 from api.cli import main
 from archive.hashing import content_address
@@ -48,15 +54,8 @@ class _Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def origin() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with origin_server(_Origin) as url:
+        yield url
 
 
 @pytest.fixture()

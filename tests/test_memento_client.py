@@ -9,16 +9,15 @@ small local origin server, so the client's first HEAD gets an answer.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 import requests
-from live_server import LiveServer, env_for, free_port, running_server
+from live_server import LiveServer, env_for, free_port, origin_server, running_server
 from memento_client import MementoClient
 
 from archive.config import Settings
@@ -74,15 +73,8 @@ class _Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def origin_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with origin_server(_Origin) as url:
+        yield url
 
 
 @pytest.fixture()
