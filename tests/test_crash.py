@@ -154,7 +154,8 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
 ) -> None:
     started = time.monotonic()
     port = free_port()
-    env = env_for(settings, f"http://127.0.0.1:{port}")
+    # Writers go as fast as they can; the per-key rate limit is not what this test is about.
+    env = {**env_for(settings, f"http://127.0.0.1:{port}"), "AMBER_RATE_LIMIT_PER_SECOND": "0"}
     server = start_server(env, port)
     try:
         load, in_flight_at_kill = _run_load_and_kill(server, shared=contents == "shared-blobs")
@@ -171,7 +172,8 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
 
     # The crashed store comes back: a new server serves what was acknowledged and writes.
     restart_port = free_port()
-    again = start_server(env_for(settings, f"http://127.0.0.1:{restart_port}"), restart_port)
+    again = start_server({**env_for(settings, f"http://127.0.0.1:{restart_port}"),
+                          "AMBER_RATE_LIMIT_PER_SECOND": "0"}, restart_port)
     with again, httpx.Client(base_url=again.base_url, headers=again.headers, timeout=10.0, trust_env=False) as client:
         sample = random.Random(0).sample(load.acked, min(25, len(load.acked)))
         for data, ack in sample:
