@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 
 from api.urls import Urls
 from archive.archive import Archive
+from archive.exceptions import InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,3 +41,15 @@ def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], 
         return endpoint
 
     return register
+
+
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+async def idempotency_key(
+    key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+) -> str | None:
+    """The optional ``Idempotency-Key`` header, validated (printable ASCII, 1-255)."""
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
+    return key

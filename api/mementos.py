@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
-from api.deps import get_and_head, get_archive, get_urls
+from api.deps import get_and_head, get_archive, get_urls, idempotency_key
 from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
-from archive.exceptions import InvalidInput
 from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import link, link_header
@@ -28,7 +26,6 @@ readers = require(*READERS)
 # Evidence is tenant-private and can expire (retention), so shared caches must not keep it
 # and browsers only briefly.
 CACHE_CONTROL = "private, max-age=300"
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 def render_memento(memento: Memento, urls: Urls) -> MementoOut:
@@ -85,13 +82,11 @@ async def create_memento(
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(writers)],
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: Annotated[str | None, Depends(idempotency_key)],
 ) -> JSONResponse:
     """Store a captured document (or passage). 201 when new, 200 with the same body when
     this exact capture was already stored. With ``Idempotency-Key``, a retried request
     returns the first answer instead of writing again."""
-    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
-        raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
     memento_request = _memento_request(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
     result = await run_in_threadpool(

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
-from api.deps import get_archive, get_urls
+from api.deps import get_archive, get_urls, idempotency_key
 from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, source_drift_by_citation
 from api.models import ERROR_RESPONSES, decode_content
 from api.urls import Urls
@@ -28,7 +27,6 @@ router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])
 writers = require(Role.AGENT)
 readers = require(*READERS)
 TranscriptId = Annotated[str, Path(max_length=128, description="Your id for the conversation.")]
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 class RetainUntil(BaseModel):
@@ -250,13 +248,11 @@ async def post_citations(
     principal: Annotated[Principal, Depends(writers)],
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: Annotated[str | None, Depends(idempotency_key)],
 ) -> JSONResponse:
     """Each citation names its evidence (``memento_id`` of a stored document, the captured
     ``source`` inline, or ``source_ref`` into the request's ``sources``) and a ``quote``. 201 with one entry per citation in
     request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
-    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
-        raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
     requests = _citation_requests(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
     result: CiteResult = await run_in_threadpool(
