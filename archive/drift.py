@@ -1083,19 +1083,14 @@ def _unlink(record: CheckRecord, deleted: set[str]) -> CheckRecord:
     return record
 
 
-def _drift_reach(connection: Connection, ids: list[str]) -> Iterable[tuple[str, Any]]:
+def _drift_reach(ids: Any) -> list[Any]:
     """Retention: a memento a drift check archived is reached by the checked citation's
-    transcript (its retention and legal hold apply)."""
-    for column in (drift_checks.c.new_passage_memento_id, drift_checks.c.live_document_memento_id):
-        query = (
-            select(column.label("memento_id"), transcripts.c.id, transcripts.c.retention,
-                   transcripts.c.retain_until, transcripts.c.legal_hold)
-            .join(transcripts, and_(transcripts.c.tenant == drift_checks.c.tenant,
-                                    transcripts.c.id == drift_checks.c.transcript_id))
-            .where(column.in_(ids))
-        )
-        for row in connection.execute(query):
-            yield row.memento_id, row
+    transcript (its retention and legal hold apply). ``ids``: a subquery of memento ids."""
+    return [
+        select(column.label("memento_id"), drift_checks.c.tenant, drift_checks.c.transcript_id)
+        .where(column.in_(ids))
+        for column in (drift_checks.c.new_passage_memento_id, drift_checks.c.live_document_memento_id)
+    ]
 
 
 REACHERS.append(_drift_reach)

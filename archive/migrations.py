@@ -269,6 +269,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX transcript_reviews_open ON transcript_reviews (tenant, needs_review, flagged_at)",
         ),
     ),
+    Migration(
+        6,
+        "retention: sweep indexes whose cost follows what expired, not the archive",
+        (
+            # (expires_at, id) serves the sweep's keyset pagination from the index alone; the
+            # single-column one left ties on expires_at to a sort of the whole tie group.
+            "DROP INDEX mementos_by_expiry",
+            "CREATE INDEX mementos_due ON mementos (expires_at, id) WHERE deleted_at IS NULL",
+            # SQLite cannot prove state = 'deleting' implies state <> 'live', so the old partial
+            # index was never used there and finding dying blobs scanned every blob.
+            "DROP INDEX blobs_by_state",
+            "CREATE INDEX blobs_deleting ON blobs (address) WHERE state = 'deleting'",
+            # Tombstoning blanks drift diffs by memento and evaluation follows re-captured
+            # documents: both scanned drift_checks without these.
+            "CREATE INDEX drift_checks_by_memento ON drift_checks (memento_id)",
+            "CREATE INDEX drift_checks_by_live_document ON drift_checks (live_document_memento_id)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -11,13 +11,16 @@ Rules (DESIGN.md "Retention arithmetic"):
   ``deleted_at``, ``deletion_reason``) and leaves TimeMaps; citations lose their selector text.
 - A blob is shared by every memento with the same bytes and is deleted only when no live
   memento in any tenant references it. Deletion is two-phase: the batch that tombstones the
-  last memento marks the blob ``deleting``; then, per blob, under the write lock (SQLite's
-  single writer, PostgreSQL ``FOR UPDATE``), the state is checked again, the bytes deleted
-  and the blob marked ``deleted``. A write landing on a ``deleting``/``deleted`` blob stores
-  the bytes again under the same lock (``Index.insert_mementos(revive=…)``), so dedup can
-  never acknowledge bytes a sweep removes.
+  last memento marks the blob ``deleting``; then, a few blobs per transaction, under the
+  write lock (SQLite's single writer, PostgreSQL ``FOR UPDATE``), the state is checked
+  again, the bytes deleted and the blobs marked ``deleted`` — only once the store has made
+  the deletions durable (the local store syncs each touched directory once per batch). A
+  write landing on a ``deleting``/``deleted`` blob stores the bytes again under the same lock
+  (``Index.insert_mementos(revive=…)``), so dedup can never acknowledge bytes a sweep removes.
 - Every step is idempotent: a sweep killed anywhere leaves tombstones and ``deleting`` blobs
-  that the next sweep finishes.
+  that the next sweep finishes (deleting a blob already gone is a success).
+- Every statement is set-based: a batch's ids travel as one JSON array parameter, so the
+  cost per memento is a few index lookups, not a statement or a bound parameter each.
 """
 
 from __future__ import annotations
@@ -26,11 +29,27 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Select,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
@@ -39,7 +58,9 @@ from archive.schema import admin_log, blobs, citations, drift_checks, mementos, 
 from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000
-BLOBS_PER_TRANSACTION = 50
+# Blobs deleted per write transaction: enough to share one commit and one directory sync
+# pass, few enough that the write lock is held for milliseconds (writers wait on it).
+BLOBS_PER_TRANSACTION = 100
 
 
 @dataclass
@@ -69,16 +90,18 @@ class SweepReport:
 class _Verdict:
     memento_id: str
     expiry: datetime | None  # None: held
-    reachers: Sequence[Any]  # the citing transcripts' rows (id, retention, retain_until, hold)
+    cited: bool  # some transcript reaches it (else the grace period applies)
 
-    def reason(self, grace: timedelta) -> dict[str, Any]:
-        """Why it expired: dates and policy only (built for deleted mementos alone)."""
+    def reason(self, grace: timedelta, policies: Iterable[str]) -> dict[str, Any]:
+        """Why it expired: dates and policy only (built for deleted mementos alone).
+
+        ``policies``: ``transcript id:retention`` of each transcript reaching it."""
         assert self.expiry is not None
-        if not self.reachers:
+        if not self.cited:
             return {"kind": "retention", "policy": "uncited-grace", "grace_days": grace.days,
                     "expired_at": to_rfc3339(self.expiry)}
         return {"kind": "retention", "policy": "transcripts", "expired_at": to_rfc3339(self.expiry),
-                "transcripts": sorted({f"{r.id}:{r.retention}" for r in self.reachers})[:20]}
+                "transcripts": sorted(set(policies))[:20]}
 
 
 def _check_reason(reason: str) -> str:
@@ -166,10 +189,11 @@ class Retention:
     def _candidates(
         self, now: datetime, cursor: tuple[datetime, str] | None, limit: int
     ) -> list[tuple[datetime, str]]:
+        # Keyset pagination over mementos_due (expires_at, id): tombstoned rows leave that
+        # partial index, so the cursor only steps over held and re-extended candidates.
         due = and_(mementos.c.deleted_at.is_(None), mementos.c.expires_at <= now)
         if cursor is not None:
-            due = and_(due, or_(mementos.c.expires_at > cursor[0],
-                                and_(mementos.c.expires_at == cursor[0], mementos.c.id > cursor[1])))
+            due = and_(due, tuple_(mementos.c.expires_at, mementos.c.id) > cursor)
         query = (select(mementos.c.expires_at, mementos.c.id).where(due)
                  .order_by(mementos.c.expires_at, mementos.c.id).limit(limit))
         with self.index.read() as connection:
@@ -201,53 +225,83 @@ class Retention:
                 )
             self._tombstone(connection, expired, now)
 
+    def _values(self, items: Iterable[str]) -> Select[Any]:
+        """``items`` as a one-column subquery, bound as a single JSON array parameter.
+
+        One parameter per batch instead of one per id: expanding a 500-item IN list cost
+        SQLAlchemy more than the queries themselves, and no dialect limit on bound
+        parameters applies.
+        """
+        payload = bindparam(None, json.dumps(list(items)), type_=Text)
+        if self.index.dialect == "postgresql":
+            values = func.jsonb_array_elements_text(cast(payload, JSONB)).table_valued("value")
+        else:
+            values = func.json_each(payload).table_valued("value")
+        return select(values.c.value)
+
+    def _reach(self, ids: Select[Any]) -> Any:
+        """(memento_id, tenant, transcript_id) for every transcript reaching one of ``ids``."""
+        sources = [
+            select(column.label("memento_id"), citations.c.tenant, citations.c.transcript_id)
+            .where(column.in_(ids))
+            for column in (citations.c.passage_memento_id, citations.c.document_memento_id)
+        ]
+        for reacher in REACHERS:
+            sources.extend(reacher(ids))
+        return union_all(*sources).subquery("reach")
+
     def _evaluate(self, connection: Any, ids: Sequence[str]) -> list[_Verdict]:
         """Each memento's true expiry from the citations (None while a hold applies)."""
-        rows = {
-            row.id: row for row in connection.execute(
-                select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold,
-                       mementos.c.deleted_at).where(mementos.c.id.in_(list(ids)))
-            ) if row.deleted_at is None
-        }
-        citing: dict[str, list[Any]] = {memento_id: [] for memento_id in rows}
-        for column in (citations.c.passage_memento_id, citations.c.document_memento_id):
-            query = (
-                select(column.label("memento_id"), transcripts.c.id, transcripts.c.retention,
-                       transcripts.c.retain_until, transcripts.c.legal_hold)
-                .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
-                                        transcripts.c.id == citations.c.transcript_id))
-                .where(column.in_(list(rows)))
+        batch = self._values(ids)
+        rows = connection.execute(
+            select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold)
+            .where(mementos.c.id.in_(batch), mementos.c.deleted_at.is_(None))
+        ).all()
+        reach = self._reach(batch)
+        citing = {
+            row.memento_id: row for row in connection.execute(
+                select(reach.c.memento_id, func.max(transcripts.c.retain_until).label("until"),
+                       func.max(transcripts.c.legal_hold).label("hold"))
+                .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
+                                        transcripts.c.id == reach.c.transcript_id))
+                .group_by(reach.c.memento_id)
             )
-            for row in connection.execute(query):
-                citing[row.memento_id].append(row)
-        for memento_id, extra in self._extra_reach(connection, list(rows)).items():
-            citing[memento_id].extend(extra)
+        }
         verdicts = []
-        for memento_id, row in rows.items():
-            reachers = citing[memento_id]
-            if row.legal_hold or any(r.legal_hold for r in reachers):
-                verdicts.append(_Verdict(memento_id, None, reachers))
-            elif reachers:
-                verdicts.append(_Verdict(memento_id, max(r.retain_until for r in reachers), reachers))
+        for row in rows:
+            reached = citing.get(row.id)
+            if row.legal_hold or (reached is not None and reached.hold):
+                verdicts.append(_Verdict(row.id, None, reached is not None))
+            elif reached is not None:
+                verdicts.append(_Verdict(row.id, reached.until, True))
             else:
-                verdicts.append(_Verdict(memento_id, row.archived_at + self.grace, ()))
+                verdicts.append(_Verdict(row.id, row.archived_at + self.grace, False))
         return verdicts
 
-    def _extra_reach(self, connection: Any, ids: list[str]) -> dict[str, list[Any]]:
-        """Other ways a transcript reaches a memento (drift re-captures); see ``reachers``."""
-        found: dict[str, list[Any]] = {}
-        for reacher in REACHERS:
-            for memento_id, row in reacher(connection, ids):
-                found.setdefault(memento_id, []).append(row)
+    def _policies(self, connection: Any, memento_ids: Sequence[str]) -> dict[str, list[str]]:
+        """``transcript id:retention`` of the transcripts reaching each memento (for reasons)."""
+        if not memento_ids:
+            return {}
+        reach = self._reach(self._values(memento_ids))
+        found: dict[str, list[str]] = {}
+        for row in connection.execute(
+            select(reach.c.memento_id, transcripts.c.id, transcripts.c.retention)
+            .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
+                                    transcripts.c.id == reach.c.transcript_id))
+        ):
+            found.setdefault(row.memento_id, []).append(f"{row.id}:{row.retention}")
         return found
 
     def _tombstone(self, connection: Any, expired: Sequence[_Verdict], now: datetime) -> None:
         if not expired:
             return
+        policies = self._policies(connection, [v.memento_id for v in expired if v.cited])
         connection.execute(
             update(mementos).where(mementos.c.id == bindparam("target"), mementos.c.deleted_at.is_(None))
             .values(deleted_at=now, deletion_reason=bindparam("why")),
-            [{"target": v.memento_id, "why": json.dumps(v.reason(self.grace))} for v in expired],
+            [{"target": v.memento_id,
+              "why": json.dumps(v.reason(self.grace, policies.get(v.memento_id, ())))}
+             for v in expired],
         )
         ids = [v.memento_id for v in expired]
         self._forget_text(connection, ids)
@@ -256,67 +310,92 @@ class Retention:
     def _forget_text(self, connection: Any, memento_ids: Sequence[str]) -> None:
         # Tombstones keep hashes, dates and policy — never quote or selector text, nor the
         # drift diffs (old and new wording of the cited passage).
-        ids = list(memento_ids)
-        connection.execute(update(citations).where(citations.c.passage_memento_id.in_(ids))
+        batch = self._values(memento_ids)
+        connection.execute(update(citations).where(citations.c.passage_memento_id.in_(batch))
                            .values(selector_json=None))
-        connection.execute(update(drift_checks).where(drift_checks.c.memento_id.in_(ids))
+        connection.execute(update(drift_checks).where(drift_checks.c.memento_id.in_(batch))
                            .values(diff_json=None))
 
     def _mark_orphans_dying(self, connection: Any, memento_ids: Sequence[str]) -> None:
-        hashes = connection.execute(
-            select(mementos.c.content_hash).where(mementos.c.id.in_(list(memento_ids))).distinct()
-        ).scalars().all()
-        for address in hashes:
-            still_used = connection.execute(
-                select(mementos.c.id).where(mementos.c.content_hash == address,
-                                            mementos.c.deleted_at.is_(None)).limit(1)
-            ).first()
-            if still_used is None:
-                connection.execute(update(blobs).where(blobs.c.address == address, blobs.c.state == "live")
-                                   .values(state="deleting"))
+        """Mark ``deleting`` the live blobs of these mementos that no live memento uses."""
+        used = exists().where(mementos.c.content_hash == blobs.c.address,
+                              mementos.c.deleted_at.is_(None))
+        connection.execute(
+            update(blobs).where(
+                blobs.c.address.in_(select(mementos.c.content_hash)
+                                    .where(mementos.c.id.in_(self._values(memento_ids)))),
+                blobs.c.state == "live", ~used,
+            ).values(state="deleting")
+        )
 
     def _delete_dying_blobs(self, report: SweepReport) -> None:
         with self.index.read() as connection:
             dying = connection.execute(
                 select(blobs.c.address).where(blobs.c.state == "deleting").order_by(blobs.c.address)
             ).scalars().all()
-        # A few blobs per transaction: the write lock is held briefly, commits stay few.
         for start in range(0, len(dying), BLOBS_PER_TRANSACTION):
             with self.index.write() as connection:
-                for address in dying[start:start + BLOBS_PER_TRANSACTION]:
-                    self._delete_blob_locked(connection, address, report)
+                self._delete_blobs_locked(connection, dying[start:start + BLOBS_PER_TRANSACTION], report)
 
     def _delete_blob(self, address: str, report: SweepReport) -> None:
         with self.index.write() as connection:
-            self._delete_blob_locked(connection, address, report)
+            self._delete_blobs_locked(connection, [address], report)
 
-    def _delete_blob_locked(self, connection: Any, address: str, report: SweepReport) -> None:
-        query = select(blobs).where(blobs.c.address == address)
+    def _delete_blobs_locked(self, connection: Any, addresses: Sequence[str], report: SweepReport) -> None:
+        """Delete these ``deleting`` blobs' bytes, then mark them ``deleted`` (inside the write
+        transaction, so no write can land on them meanwhile)."""
+        query = (select(blobs.c.address, blobs.c.version_id, blobs.c.size)
+                 .where(blobs.c.address.in_(self._values(addresses)), blobs.c.state == "deleting"))
         if self.index.dialect == "postgresql":
-            query = query.with_for_update(skip_locked=True)
-        row = connection.execute(query).first()
-        if row is None or row.state != "deleting":
-            return  # revived by a write, or another sweep has it
-        if connection.execute(
-            select(mementos.c.id).where(mementos.c.content_hash == address,
-                                        mementos.c.deleted_at.is_(None)).limit(1)
-        ).first() is not None:
-            connection.execute(update(blobs).where(blobs.c.address == address).values(state="live"))
+            query = query.with_for_update(skip_locked=True)  # another sweep has the others
+        dying = {row.address: row for row in connection.execute(query)}
+        if not dying:
+            return  # revived by a write, or another sweep has them
+        # Re-checked under the lock: a memento written since the blob was marked keeps it.
+        used = set(connection.execute(
+            select(mementos.c.content_hash).where(mementos.c.content_hash.in_(self._values(dying)),
+                                                  mementos.c.deleted_at.is_(None)).distinct()
+        ).scalars())
+        if used:
+            connection.execute(update(blobs).where(blobs.c.address.in_(self._values(used)))
+                               .values(state="live"))
+        versions: dict[str, set[str | None]] = {
+            address: {row.version_id} for address, row in dying.items() if address not in used
+        }
+        if not versions:
             return
-        versions = set(connection.execute(
-            select(mementos.c.blob_version_id).where(mementos.c.content_hash == address).distinct()
-        ).scalars().all()) | {row.version_id}
-        try:
-            for version in sorted(v for v in versions if v is not None) or [None]:
-                self.archive.blobs.delete(address, version)
-        except StorageError as error:
-            if getattr(error, "code", "") == "retention_locked":
-                report.not_yet += 1
-                return
-            raise
-        connection.execute(update(blobs).where(blobs.c.address == address).values(state="deleted"))
-        report.blobs_deleted += 1
-        report.bytes_deleted += int(row.size)
+        for address, version in connection.execute(
+            select(mementos.c.content_hash, mementos.c.blob_version_id)
+            .where(mementos.c.content_hash.in_(self._values(versions))).distinct()
+        ):
+            versions[address].add(version)
+        deleted: list[str] = []
+        # The store makes the whole batch's deletions durable when the block ends (raise or
+        # not); the blobs are marked deleted only after that, so a crash before leaves them
+        # ``deleting`` and the next sweep deletes them again.
+        with self._batched_deletes():
+            for address in sorted(versions):
+                known: list[str | None] = [*sorted(v for v in versions[address] if v is not None)]
+                try:
+                    for version in known or [None]:
+                        self.archive.blobs.delete(address, version)
+                except StorageError as error:
+                    if getattr(error, "code", "") == "retention_locked":
+                        report.not_yet += 1
+                        continue
+                    raise
+                deleted.append(address)
+        if not deleted:
+            return
+        connection.execute(update(blobs).where(blobs.c.address.in_(self._values(deleted)))
+                           .values(state="deleted"))
+        report.blobs_deleted += len(deleted)
+        report.bytes_deleted += sum(int(dying[address].size) for address in deleted)
+
+    def _batched_deletes(self) -> AbstractContextManager[Any]:
+        batched: Callable[[], AbstractContextManager[Any]] | None = getattr(
+            self.archive.blobs, "batched_deletes", None)
+        return batched() if batched is not None else nullcontext()
 
     def _next_expiry(self, now: datetime) -> datetime | None:
         with self.index.read() as connection:
@@ -539,6 +618,6 @@ def _sized(ids: Iterable[str], size: dict[str, int]) -> dict[str, int]:
     return {"mementos": len(live), "bytes": sum(size[i] for i in live)}
 
 
-# Functions (connection, memento_ids) -> iterable of (memento_id, row with id, retention,
-# retain_until, legal_hold) for other features whose mementos a transcript keeps alive.
-REACHERS: list[Callable[[Any, list[str]], Iterable[tuple[str, Any]]]] = []
+# Other features whose mementos a transcript keeps alive (beyond its citations): functions
+# from a one-column subquery of memento ids to SELECTs of (memento_id, tenant, transcript_id).
+REACHERS: list[Callable[[Select[Any]], Iterable[Select[Any]]]] = []

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -35,6 +37,7 @@ class LocalBlobStore:
         self.root = Path(root)
         self.durable = durable
         self.root.mkdir(parents=True, exist_ok=True)
+        self._batch = threading.local()  # directories awaiting fsync in batched_deletes
 
     def path_for(self, address: str) -> Path:
         digest = parse_address(address)
@@ -75,9 +78,34 @@ class LocalBlobStore:
         try:
             path.unlink()
         except FileNotFoundError:
+            pass  # maybe unlinked by a killed caller, not yet durable: sync below all the same
+        if not self.durable:
             return
-        if self.durable:
-            _fsync_directory(path.parent)
+        pending: set[Path] | None = getattr(self._batch, "directories", None)
+        if pending is not None:
+            pending.add(path.parent)
+        else:
+            _fsync_directory_if_present(path.parent)
+
+    @contextmanager
+    def batched_deletes(self) -> Iterator[None]:
+        """Deletes on this thread inside the block unlink at once; each directory they touched
+        is fsync'd once when the block ends, also when it raises.
+
+        The caller records the deletions only after the block: a crash before the syncs may
+        bring files back, but their records still say "to delete", so they are deleted again.
+        """
+        if getattr(self._batch, "directories", None) is not None:
+            yield  # nested: the outer block syncs
+            return
+        pending: set[Path] = set()
+        self._batch.directories = pending
+        try:
+            yield
+        finally:
+            self._batch.directories = None
+            for directory in sorted(pending):
+                _fsync_directory_if_present(directory)
 
     def addresses(self) -> Iterator[str]:
         for first in sorted(self.root.iterdir()):
@@ -163,6 +191,13 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_directory_if_present(directory: Path) -> None:
+    try:
+        _fsync_directory(directory)
+    except FileNotFoundError:
+        pass  # never created: nothing was ever stored, nor unlinked, there
 
 
 def _remove_quietly(name: str) -> None:
