@@ -8,12 +8,13 @@ acts as a principal holding all roles in the default tenant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.deps import run_blocking
 from archive.archive import Archive
 from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
@@ -30,10 +31,10 @@ bearer_scheme = HTTPBearer(scheme_name="bearer", auto_error=False,
                            description="An Amber API key: `Authorization: Bearer amber_…`")
 
 
-def require(*roles: Role) -> Callable[..., Principal]:
+def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
     allowed = frozenset(roles)
 
-    def dependency(
+    async def dependency(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
@@ -41,7 +42,7 @@ def require(*roles: Role) -> Callable[..., Principal]:
             return NO_AUTH_PRINCIPAL
         archive: Archive = request.app.state.archive
         presented = credentials.credentials if credentials is not None else None
-        principal = archive.keys.authenticate(presented)
+        principal = await run_blocking(archive.lookups_are_quick, archive.keys.authenticate, presented)
         limiter: RateLimiter = request.app.state.rate_limiter
         limiter.take(principal.key_id)
         if not principal.roles & allowed:

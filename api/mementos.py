@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
-from api.deps import get_and_head, get_archive, get_urls, idempotency_key
+from api.deps import get_and_head, get_archive, get_urls, idempotency_key, run_blocking
 from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
@@ -157,25 +157,27 @@ def etag_for(content_hash: str) -> str:
                **ERROR_RESPONSES},
     summary="A memento (URI-M): the captured bytes",
 )
-def memento_content(
+async def memento_content(
     memento_id: str,
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    memento = archive.get_memento(principal.tenant, memento_id)
+    memento = await run_blocking(
+        archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id
+    )
     audit_read(request, principal, "memento.content", memento.id)
     headers = memento_headers(memento, urls)
     if _matches(request.headers.get("if-none-match"), headers["ETag"]):
         headers.pop("Content-Type")
         return Response(status_code=304, headers=headers)
+    # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
+    data = await run_blocking(archive.content_read_is_quick(memento), archive.read_content, memento)
     if request.method == "HEAD":
-        # The bytes are still re-hashed: HEAD must not advertise evidence that fails to verify.
-        data = archive.read_content(memento)
         headers["Content-Length"] = str(len(data))
         return Response(status_code=200, headers=headers)
-    return Response(content=archive.read_content(memento), headers=headers)
+    return Response(content=data, headers=headers)
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:

@@ -47,6 +47,9 @@ from archive.uri import URIR, parse_uri_r
 # "in the future" is accepted as the client's claim rather than refused.
 CLOCK_SKEW = timedelta(seconds=5)
 EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
+# Reading (and re-hashing) a local blob this small takes microseconds: less than handing
+# the call to a worker thread. Larger ones, or any network read, go to a thread.
+QUICK_READ_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,14 @@ class Archive:
                 memento_datetime=to_rfc3339(memento.captured_at),
             )
         return memento
+
+    @property
+    def lookups_are_quick(self) -> bool:
+        """Point lookups (mementos, keys) are local reads of microseconds (SQLite)."""
+        return self.index.reads_in_process
+
+    def content_read_is_quick(self, memento: Memento) -> bool:
+        return self.blobs.reads_in_process and memento.size <= QUICK_READ_BYTES
 
     def read_content(self, memento: Memento) -> bytes:
         """The memento's bytes, re-hashed: raises IntegrityError rather than serve bad bytes."""

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Engine,
     Row,
     and_,
+    bindparam,
     create_engine,
     event,
     func,
@@ -34,6 +35,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
+from archive.lookups import Lookups
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
 from archive.schema import blobs, idempotency_keys, mementos, tenants
@@ -94,7 +96,7 @@ class Index:
         if self.dialect == "sqlite":
             if ":memory:" in self.url or self.url in ("sqlite://", "sqlite:///"):
                 raise ConfigurationError("the SQLite index needs a file (sqlite:///path)")
-            _make_parent_dir(self.url)
+            Path(_sqlite_path(self.url)).parent.mkdir(parents=True, exist_ok=True)
             self._writer = _sqlite_engine(self.url, durable=durable, immediate=True)
             self._reader = _sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
@@ -103,8 +105,21 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
+        self.lookups = Lookups(
+            self._reader, _sqlite_path(self.url) if self.dialect == "sqlite" else None
+        )
+        self._memento_by_id = self.lookups.prepare(
+            select(mementos).where(mementos.c.tenant == bindparam("tenant"),
+                                   mementos.c.id == bindparam("id"))
+        )
+
+    @property
+    def reads_in_process(self) -> bool:
+        """True when a point lookup is a local file read (SQLite), not a network round trip."""
+        return self.dialect == "sqlite"
 
     def close(self) -> None:
+        self.lookups.close()
         self._writer.dispose()
         self._reader.dispose()
 
@@ -144,19 +159,20 @@ class Index:
             conflict=["address"],
         )
         revived = self._revive_blobs(connection, {m.content_hash for m in batch}, revive)
-        unique = {m.id: _with_version(m, revived) for m in batch}
+        rows = {m.id: self._memento_row(_with_version(m, revived)) for m in batch}
         inserted = self.insert_ignoring(
-            connection, mementos, [self._memento_row(m) for m in unique.values()],
-            conflict=["id"], returning=mementos.c.id,
+            connection, mementos, list(rows.values()), conflict=["id"], returning=mementos.c.id,
         )
-        existing = {
-            m.id: m for m in self._load(connection, mementos.c.id.in_(list(unique)))
-        }
+        # What we inserted is known; only rows that were there before are read back.
+        stored = {i: _memento_from(_RowView(row)) for i, row in rows.items() if i in inserted}
+        earlier = [i for i in rows if i not in inserted]
+        if earlier:
+            stored.update((m.id, m) for m in self._load(connection, mementos.c.id.in_(earlier)))
         outcomes, first_seen = [], set()
         for m in batch:
             created = m.id in inserted and m.id not in first_seen
             first_seen.add(m.id)
-            outcomes.append(WriteOutcome(memento=existing[m.id], created=created))
+            outcomes.append(WriteOutcome(memento=stored[m.id], created=created))
         return outcomes
 
     def _revive_blobs(
@@ -198,6 +214,7 @@ class Index:
         row = _memento_row(m)
         row["expires_at"] = m.expires_at or m.archived_at + self.grace
         row["legal_hold"] = 0
+        row["deleted_at"] = row["deletion_reason"] = None
         return row
 
     def remember_response(
@@ -243,11 +260,8 @@ class Index:
     # -- reads ----------------------------------------------------------------------------
 
     def get_memento(self, tenant: str, memento_id: str) -> Memento | None:
-        with self.read() as connection:
-            found = self._load(
-                connection, and_(mementos.c.tenant == tenant, mementos.c.id == memento_id)
-            )
-        return found[0] if found else None
+        row = self.lookups.first(self._memento_by_id, tenant=tenant, id=memento_id)
+        return None if row is None else _memento_from(row)
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
         with self.read() as connection:
@@ -355,9 +369,8 @@ def _driver_url(url: str) -> str:
     return url
 
 
-def _make_parent_dir(url: str) -> None:
-    path = url.split("///", 1)[1].split("?", 1)[0]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+def _sqlite_path(url: str) -> str:
+    return url.split("///", 1)[1].split("?", 1)[0]
 
 
 def _sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
@@ -404,7 +417,18 @@ def _memento_row(m: Memento) -> dict[str, Any]:
     }
 
 
-def _memento_from(row: Row[Any]) -> Memento:
+class _RowView:
+    """A row dict as written, read like a fetched row (attributes, UTC datetimes)."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._row[name]
+        return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
+def _memento_from(row: Row[Any] | _RowView) -> Memento:
     return Memento(
         id=row.id, tenant=row.tenant, uri_r=row.uri_r, urir_key=row.urir_key,
         captured_at=row.captured_at, archived_at=row.archived_at,

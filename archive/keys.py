@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
@@ -104,6 +104,12 @@ class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
+        # Checked on every request: a prepared point lookup, so revocation (a committed
+        # row, whichever process wrote it) takes effect on the very next request.
+        self._by_id = index.lookups.prepare(
+            select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
+            .where(api_keys.c.key_id == bindparam("key_id"))
+        )
 
     def create(self, tenant: str, role: Role | str, name: str | None = None) -> IssuedKey:
         tenant = check_tenant(tenant)
@@ -157,11 +163,7 @@ class KeyRing:
         match = _KEY.fullmatch(presented) if len(presented) <= MAX_PRESENTED_KEY else None
         if match is None:
             raise Unauthenticated("malformed API key")
-        with self.index.read() as connection:
-            row = connection.execute(
-                select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
-                .where(api_keys.c.key_id == match.group(1))
-            ).first()
+        row = self.index.lookups.first(self._by_id, key_id=match.group(1))
         # Compare even when the id is unknown, so timing does not reveal which ids exist.
         expected = row.key_hmac if row is not None else "0" * 64
         valid = hmac.compare_digest(self._digest(presented), expected)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from archive.uri import to_ascii_uri
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
+_NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def link_format(links: list[Link]) -> str:
 
 def _quote(value: str) -> str:
     # Only printable ASCII belongs in a header value; replace rather than fail the response.
-    cleaned = "".join(ch if " " <= ch < "\x7f" else " " for ch in value)
+    cleaned = _NOT_PRINTABLE_ASCII.sub(" ", value)
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

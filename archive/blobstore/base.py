@@ -33,7 +33,12 @@ class BlobStore(Protocol):
     - ``delete`` is called only by retention and garbage collection. On a versioned store it
       needs the recorded ``version_id`` (a versionless delete would only hide the bytes
       behind a delete marker) and raises :class:`ValueError` without one.
+    - ``reads_in_process`` is True when ``get`` of a small blob is a local file read (page
+      cache, microseconds) rather than a network round trip; the API then serves it
+      without a thread hop.
     """
+
+    reads_in_process: bool
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob: ...
 

@@ -110,6 +110,8 @@ class _ObjectVanished(Exception):
 class S3BlobStore:
     """Immutable, content-addressed blobs in one bucket under one key prefix."""
 
+    reads_in_process = False  # every get is a network round trip
+
     def __init__(
         self,
         client: Any,
