@@ -28,11 +28,11 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Select,
@@ -61,6 +61,9 @@ MAX_REASON = 2000
 # Blobs deleted per write transaction: enough to share one commit and one directory sync
 # pass, few enough that the write lock is held for milliseconds (writers wait on it).
 BLOBS_PER_TRANSACTION = 100
+# SQLite reads the index through mmap while a sweep runs (SQLite caps it at its build's
+# maximum, 2 GiB by default; a larger file is read normally past that).
+SWEEP_MMAP_BYTES = 1 << 31
 
 
 @dataclass
@@ -86,8 +89,7 @@ class SweepReport:
         }
 
 
-@dataclass(frozen=True)
-class _Verdict:
+class _Verdict(NamedTuple):  # a tuple: built once per evaluated memento, cheaply
     memento_id: str
     expiry: datetime | None  # None: held
     cited: bool  # some transcript reaches it (else the grace period applies)
@@ -110,11 +112,23 @@ def _check_reason(reason: str) -> str:
     return reason.strip()
 
 
+@dataclass(frozen=True)
+class _EvaluationQueries:
+    """Built once: SQLAlchemy then reuses each statement's cache key and compiled form (for
+    statements this size, rebuilding and re-keying them per batch cost more than running them)."""
+
+    reachers: tuple[Callable[[Select[Any]], Iterable[Select[Any]]], ...]
+    rows: Any  # id, archived_at, legal_hold of the live ones among :ids
+    citing: Any  # memento_id, latest retain_until, any hold: over transcripts reaching :ids
+    policies: Any  # memento_id, transcript id, retention: for the reasons of tombstones
+
+
 class Retention:
     def __init__(self, archive: Any) -> None:
         self.archive = archive
         self.index: Index = archive.index
         self.grace = timedelta(days=archive.settings.citations.retention_days)
+        self._queries: _EvaluationQueries | None = None
 
     # -- the sweep -----------------------------------------------------------------------
 
@@ -125,20 +139,42 @@ class Retention:
         now = now or utc_now()
         report = SweepReport(dry_run=dry_run)
         cursor: tuple[datetime, str] | None = None
-        while True:
-            candidates = self._candidates(now, cursor, batch_size)
-            if not candidates:
-                break
-            cursor = candidates[-1]
-            self._settle([c[1] for c in candidates], now, dry_run, report)
-            if progress:
-                progress(report)
-        if not dry_run:
-            self._delete_dying_blobs(report)
-            if lock_mode_of(self.archive.blobs):
-                self.sync_locks()
+        with self.mapped_index():
+            while True:
+                candidates = self._candidates(now, cursor, batch_size)
+                if not candidates:
+                    break
+                cursor = candidates[-1]
+                self._settle([c[1] for c in candidates], now, dry_run, report)
+                if progress:
+                    progress(report)
+            if not dry_run:
+                self._delete_dying_blobs(report)
+        if not dry_run and lock_mode_of(self.archive.blobs):
+            self.sync_locks()
         report.next_expiry = self._next_expiry(now)
         return report
+
+    @contextmanager
+    def mapped_index(self) -> Iterator[None]:
+        """On SQLite, the writer connection (where candidates are evaluated) reads the index
+        through mmap inside the block; its previous setting is restored after.
+
+        Candidates are scattered over the whole index (ids are hashes): with SQLite's own
+        page cache (2 MiB) nearly every probe misses and costs a read() of a page from the OS
+        cache; mapped, it is a memory access. Reads only — writes and durability are as before.
+        """
+        if self.index.dialect != "sqlite":
+            yield
+            return
+        with self.index.write() as connection:
+            before = int(connection.exec_driver_sql("PRAGMA mmap_size").scalar() or 0)
+            connection.exec_driver_sql(f"PRAGMA mmap_size={SWEEP_MMAP_BYTES}")
+        try:
+            yield
+        finally:
+            with self.index.write() as connection:
+                connection.exec_driver_sql(f"PRAGMA mmap_size={before}")
 
     # -- S3 Object Lock: the store itself refuses early deletion ----------------------
 
@@ -225,71 +261,77 @@ class Retention:
                 )
             self._tombstone(connection, expired, now)
 
-    def _values(self, items: Iterable[str]) -> Select[Any]:
-        """``items`` as a one-column subquery, bound as a single JSON array parameter.
+    def _values(self, items: Iterable[str] | None = None) -> Select[Any]:
+        """A one-column subquery of ids, bound as a single JSON array parameter (``items``, or
+        the ``ids`` parameter given at execution when None).
 
         One parameter per batch instead of one per id: expanding a 500-item IN list cost
         SQLAlchemy more than the queries themselves, and no dialect limit on bound
         parameters applies.
         """
-        payload = bindparam(None, json.dumps(list(items)), type_=Text)
+        payload = (bindparam("ids", type_=Text) if items is None
+                   else bindparam(None, json.dumps(list(items)), type_=Text))
         if self.index.dialect == "postgresql":
             values = func.jsonb_array_elements_text(cast(payload, JSONB)).table_valued("value")
         else:
             values = func.json_each(payload).table_valued("value")
         return select(values.c.value)
 
-    def _reach(self, ids: Select[Any]) -> Any:
+    def _reach(self, ids: Select[Any], reachers: Iterable[Callable[[Select[Any]], Iterable[Select[Any]]]]) -> Any:
         """(memento_id, tenant, transcript_id) for every transcript reaching one of ``ids``."""
         sources = [
             select(column.label("memento_id"), citations.c.tenant, citations.c.transcript_id)
             .where(column.in_(ids))
             for column in (citations.c.passage_memento_id, citations.c.document_memento_id)
         ]
-        for reacher in REACHERS:
+        for reacher in reachers:
             sources.extend(reacher(ids))
         return union_all(*sources).subquery("reach")
 
+    def _evaluation_queries(self) -> _EvaluationQueries:
+        reachers = tuple(REACHERS)
+        if self._queries is None or self._queries.reachers != reachers:  # rebuilt if one registers late
+            ids = self._values()
+            reach = self._reach(ids, reachers)
+            by_transcript = and_(transcripts.c.tenant == reach.c.tenant, transcripts.c.id == reach.c.transcript_id)
+            self._queries = _EvaluationQueries(
+                reachers=reachers,
+                rows=select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold)
+                .where(mementos.c.id.in_(ids), mementos.c.deleted_at.is_(None)),
+                citing=select(reach.c.memento_id, func.max(transcripts.c.retain_until),
+                              func.max(transcripts.c.legal_hold))
+                .join(transcripts, by_transcript).group_by(reach.c.memento_id),
+                policies=select(reach.c.memento_id, transcripts.c.id, transcripts.c.retention)
+                .join(transcripts, by_transcript),
+            )
+        return self._queries
+
     def _evaluate(self, connection: Any, ids: Sequence[str]) -> list[_Verdict]:
         """Each memento's true expiry from the citations (None while a hold applies)."""
-        batch = self._values(ids)
-        rows = connection.execute(
-            select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold)
-            .where(mementos.c.id.in_(batch), mementos.c.deleted_at.is_(None))
-        ).all()
-        reach = self._reach(batch)
-        citing = {
-            row.memento_id: row for row in connection.execute(
-                select(reach.c.memento_id, func.max(transcripts.c.retain_until).label("until"),
-                       func.max(transcripts.c.legal_hold).label("hold"))
-                .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
-                                        transcripts.c.id == reach.c.transcript_id))
-                .group_by(reach.c.memento_id)
-            )
-        }
+        queries = self._evaluation_queries()
+        batch = {"ids": json.dumps(list(ids))}
+        rows = connection.execute(queries.rows, batch).all()
+        citing = {memento_id: (until, hold) for memento_id, until, hold
+                  in connection.execute(queries.citing, batch)}
+        grace = self.grace
         verdicts = []
-        for row in rows:
-            reached = citing.get(row.id)
-            if row.legal_hold or (reached is not None and reached.hold):
-                verdicts.append(_Verdict(row.id, None, reached is not None))
-            elif reached is not None:
-                verdicts.append(_Verdict(row.id, reached.until, True))
+        for memento_id, archived_at, held in rows:
+            reached = citing.get(memento_id)
+            if reached is None:
+                verdicts.append(_Verdict(memento_id, None if held else archived_at + grace, False))
             else:
-                verdicts.append(_Verdict(row.id, row.archived_at + self.grace, False))
+                verdicts.append(_Verdict(memento_id, None if held or reached[1] else reached[0], True))
         return verdicts
 
     def _policies(self, connection: Any, memento_ids: Sequence[str]) -> dict[str, list[str]]:
         """``transcript id:retention`` of the transcripts reaching each memento (for reasons)."""
         if not memento_ids:
             return {}
-        reach = self._reach(self._values(memento_ids))
         found: dict[str, list[str]] = {}
-        for row in connection.execute(
-            select(reach.c.memento_id, transcripts.c.id, transcripts.c.retention)
-            .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
-                                    transcripts.c.id == reach.c.transcript_id))
+        for memento_id, transcript_id, retention in connection.execute(
+            self._evaluation_queries().policies, {"ids": json.dumps(list(memento_ids))}
         ):
-            found.setdefault(row.memento_id, []).append(f"{row.id}:{row.retention}")
+            found.setdefault(memento_id, []).append(f"{transcript_id}:{retention}")
         return found
 
     def _tombstone(self, connection: Any, expired: Sequence[_Verdict], now: datetime) -> None:

@@ -4,9 +4,14 @@ Builds an embedded-default archive (local blobs + SQLite, durability on) holding
 (default 1,000,000) of which E (default 10,000) have expired — rows inserted in bulk, blobs
 written for the expired ones — then measures:
 
-- expiry evaluation: mementos/s through the same per-batch evaluation the sweep uses
-  (citations joined to transcripts, holds, grace), over a sample of 200,000 ids;
-- a full sweep: mementos deleted/s and blobs deleted/s against the local store;
+- expiry evaluation: mementos/s through the sweep's own per-batch step in dry-run mode (a
+  write transaction, citations and other reach joined to transcripts, holds, grace, verdicts;
+  rolled back), over 200,000 ids drawn at random from the whole index (a sweep's candidates
+  are scattered over it: ids are hashes), 500 per batch;
+- a dry-run sweep: candidates found and evaluated per second by the sweep itself (write
+  transaction, verdicts), nothing deleted;
+- a full sweep: mementos deleted/s and blobs deleted/s against the local store, durability
+  on (the product default: blobs' directories fsync'd, SQLite ``synchronous=FULL``);
 - scaling: the same sweep over an index 10x smaller with the same number expired — the
   ratio of the two sweep times shows the cost follows what expired, not the archive size.
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import tempfile
 import time
 from datetime import timedelta
@@ -29,13 +35,15 @@ from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.hashing import content_address
+from archive.retention import SweepReport
 from archive.schema import blobs, citations, mementos, transcripts
 
 CHUNK = 20_000
 
 
 def build(root: Path, total: int, expired: int) -> Archive:
-    archive = Archive.open(Settings(data_dir=root))
+    archive = Archive.open(Settings(data_dir=root))  # the embedded default, durability "full"
+    assert archive.settings.durable
     now = utc_now()
     old = now - timedelta(days=400)
     archive.transcripts.put("default", "long", "P7Y", {"customer": "bench"})
@@ -103,12 +111,18 @@ def measure(total: int, expired: int) -> dict[str, float]:
         archive = build(Path(root), total, expired)
         built = time.perf_counter() - started
         try:
-            sample = [f"{n:032x}" for n in range(0, total, max(1, total // 200_000))][:200_000]
+            sample = [f"{n:032x}" for n in random.Random(0).sample(range(total), min(total, 200_000))]
+            evaluated = SweepReport(dry_run=True)
             started = time.perf_counter()
-            for start in range(0, len(sample), 500):
-                with archive.index.read() as connection:
-                    archive.retention._evaluate(connection, sample[start:start + 500])
+            with archive.retention.mapped_index():  # as the sweep runs it
+                for start in range(0, len(sample), 500):
+                    archive.retention._settle(sample[start:start + 500], utc_now(), True, evaluated)
             evaluation = time.perf_counter() - started
+            assert evaluated.evaluated == len(sample), evaluated.as_dict()
+            started = time.perf_counter()
+            dry = archive.retention.sweep(batch_size=500, dry_run=True)
+            dry_seconds = time.perf_counter() - started
+            assert dry.evaluated == expired and dry.mementos_deleted == expired, dry.as_dict()
             started = time.perf_counter()
             report = archive.retention.sweep(batch_size=500)
             sweep = time.perf_counter() - started
@@ -119,6 +133,7 @@ def measure(total: int, expired: int) -> dict[str, float]:
     return {
         "mementos": total, "expired": expired, "build_seconds": round(built, 1),
         "evaluated_per_second": round(len(sample) / evaluation),
+        "dry_run_sweep_evaluated_per_second": round(dry.evaluated / dry_seconds),
         "sweep_seconds": round(sweep, 2),
         "deleted_mementos_per_second": round(expired / sweep),
         "deleted_blobs_per_second": round(report.blobs_deleted / sweep),
@@ -133,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     large = measure(args.mementos, args.expired)
     small = measure(max(args.expired * 2, args.mementos // 10), args.expired)
-    result = {"large": large, "small": small,
+    result: dict[str, Any] = {"large": large, "small": small,
               "sweep_time_ratio_large_over_small": round(large["sweep_seconds"] / small["sweep_seconds"], 2)}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -143,7 +158,8 @@ def main() -> None:
         print(f"{name:>6}: {figures['mementos']:>9,} mementos, {figures['expired']:,} expired | "
               f"evaluate {figures['evaluated_per_second']:>8,}/s | sweep {figures['sweep_seconds']} s "
               f"({figures['deleted_mementos_per_second']:,} mementos/s, "
-              f"{figures['deleted_blobs_per_second']:,} blobs/s) | build {figures['build_seconds']} s")
+              f"{figures['deleted_blobs_per_second']:,} blobs/s) | dry-run sweep "
+              f"{figures['dry_run_sweep_evaluated_per_second']:,} evaluated/s | build {figures['build_seconds']} s")
     print(f"sweep time, 10x larger index / smaller index: {result['sweep_time_ratio_large_over_small']} "
           "(≈1 means cost follows what expired, not archive size)")
 
