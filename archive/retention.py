@@ -59,8 +59,10 @@ from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_re
 
 MAX_REASON = 2000
 # Blobs deleted per write transaction: enough to share one commit and one directory sync
-# pass, few enough that the write lock is held for milliseconds (writers wait on it).
+# pass, few enough that the write lock is held for tens of milliseconds (writers wait on it).
 BLOBS_PER_TRANSACTION = 100
+# A store without batched deletes (S3: a round trip per delete) holds the lock longer per blob.
+REMOTE_BLOBS_PER_TRANSACTION = 50
 # SQLite reads the index through mmap while a sweep runs (SQLite caps it at its build's
 # maximum, 2 GiB by default; a larger file is read normally past that).
 SWEEP_MMAP_BYTES = 1 << 31
@@ -375,9 +377,11 @@ class Retention:
             dying = connection.execute(
                 select(blobs.c.address).where(blobs.c.state == "deleting").order_by(blobs.c.address)
             ).scalars().all()
-        for start in range(0, len(dying), BLOBS_PER_TRANSACTION):
+        step = (BLOBS_PER_TRANSACTION if hasattr(self.archive.blobs, "batched_deletes")
+                else REMOTE_BLOBS_PER_TRANSACTION)
+        for start in range(0, len(dying), step):
             with self.index.write() as connection:
-                self._delete_blobs_locked(connection, dying[start:start + BLOBS_PER_TRANSACTION], report)
+                self._delete_blobs_locked(connection, dying[start:start + step], report)
 
     def _delete_blob(self, address: str, report: SweepReport) -> None:
         with self.index.write() as connection:
