@@ -398,23 +398,23 @@ class Retention:
         if not dying:
             return  # revived by a write, or another sweep has them
         # Re-checked under the lock: a memento written since the blob was marked keeps it.
-        used = set(connection.execute(
-            select(mementos.c.content_hash).where(mementos.c.content_hash.in_(self._values(dying)),
-                                                  mementos.c.deleted_at.is_(None)).distinct()
-        ).scalars())
+        # Every version any memento recorded is deleted (one statement for both answers).
+        used: set[str] = set()
+        versions: dict[str, set[str | None]] = {address: {row.version_id} for address, row in dying.items()}
+        for address, version, live in connection.execute(
+            select(mementos.c.content_hash, mementos.c.blob_version_id,
+                   mementos.c.deleted_at.is_(None)).distinct()
+            .where(mementos.c.content_hash.in_(self._values(dying)))
+        ):
+            versions[address].add(version)
+            if live:
+                used.add(address)
         if used:
             connection.execute(update(blobs).where(blobs.c.address.in_(self._values(used)))
                                .values(state="live"))
-        versions: dict[str, set[str | None]] = {
-            address: {row.version_id} for address, row in dying.items() if address not in used
-        }
+            versions = {address: known for address, known in versions.items() if address not in used}
         if not versions:
             return
-        for address, version in connection.execute(
-            select(mementos.c.content_hash, mementos.c.blob_version_id)
-            .where(mementos.c.content_hash.in_(self._values(versions))).distinct()
-        ):
-            versions[address].add(version)
         deleted: list[str] = []
         # The store makes the whole batch's deletions durable when the block ends (raise or
         # not); the blobs are marked deleted only after that, so a crash before leaves them
