@@ -118,6 +118,7 @@ class Archive:
 
     def close(self) -> None:
         self._committer.close()
+        self.citations.close()
         self.read_audit.close()
         self.index.close()
         self.blobs.close()

@@ -30,11 +30,12 @@ import blake3
 from sqlalchemy import select
 
 from archive.blobstore.base import StoredBlob
+from archive.committer import GroupCommitter
 from archive.config import CitationPolicy
 from archive.dates import utc_now
 from archive.exceptions import AmberError, Gone, IdempotencyConflict, InvalidInput, NotFound
 from archive.hashing import content_address
-from archive.index import StoredResponse
+from archive.index import RowView, StoredResponse
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -60,7 +61,7 @@ log = logging.getLogger("amber.citations")
 
 PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
 _PREPARED_CACHE_SIZE = 32
-_BLOB_WRITERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="amber-passage-put")
+_BLOB_WRITERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="amber-passage-put")
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,21 @@ class _Planned:
     passage_bytes: bytes
 
 
+@dataclass(frozen=True)
+class _StoreJob:
+    """One request's citations, blobs already durable, waiting for the group commit."""
+
+    tenant: str
+    transcript: Transcript
+    mementos: list[Memento]  # documents kept (keep_document), then passages
+    rows: list[dict[str, Any]]  # citation rows, in request order
+    contents: dict[str, bytes]  # bytes by address, to re-store a blob a sweep is deleting
+    errors: list[CitationError]
+    idempotency_key: str | None
+    request_hash: str | None
+    now: datetime
+
+
 class _Rejected(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
@@ -194,6 +210,13 @@ class CitationDesk:
         self.policy: CitationPolicy = archive.settings.citations
         self._prepared_cache: OrderedDict[str, PreparedText] = OrderedDict()
         self._lock = threading.Lock()
+        self._committer: GroupCommitter[_StoreJob, CiteResult] = GroupCommitter(
+            self._commit_jobs, name="amber-citation-commit"
+        )
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the committer."""
+        self._committer.close()
 
     # -- the citation path ---------------------------------------------------------------
 
@@ -328,7 +351,6 @@ class CitationDesk:
         request_hash: str | None,
     ) -> CiteResult:
         now = utc_now()
-        transcript_id = transcript.id
         passages, documents, rows = [], [], []
         contents: dict[str, bytes] = {}
         # Passage blobs are independent files/objects: store them concurrently (each put is
@@ -345,33 +367,73 @@ class CitationDesk:
                 document = self._document_memento(tenant, plan, now)
                 documents.append(document)
                 document_id = document.id
-            rows.append(self._citation_row(tenant, transcript_id, plan, passage, document_id, run_id, now))
+            rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
+        # The blobs are durable; the rows commit together with concurrent requests' rows.
+        return self._committer.submit(_StoreJob(
+            tenant, transcript, [*documents, *passages], rows, contents, errors,
+            idempotency_key, request_hash, now,
+        ))
+
+    def _commit_jobs(self, jobs: Sequence[_StoreJob]) -> list[CiteResult | BaseException]:
+        """One transaction for a batch of requests' citations (group commit).
+
+        Anything wrong with one job raises, which rolls the batch back; the committer then
+        retries each job alone, so a bad job fails by itself and its neighbours commit.
+        """
+        contents = {address: data for job in jobs for address, data in job.contents.items()}
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
-                connection, [*documents, *passages],
+                connection, [m for job in jobs for m in job.mementos],
                 revive=lambda address: self.archive.blobs.put(contents[address]),
             )
             if any(o.memento.deleted_at is not None for o in outcomes):
                 raise Gone("this passage was stored before and has been deleted; ids are never reused")
-            self.index.insert_ignoring(connection, citations, rows, conflict=["id"])
-            # The cited evidence now lives at least as long as this transcript.
-            reached = [o.memento.id for o in outcomes]
-            reached += [r["document_memento_id"] for r in rows if r["document_memento_id"]]
-            self.index.extend_expiry(connection, tenant, reached, transcript.retain_until)
-            created = True
-            if idempotency_key is not None:
-                first = self.index.remember_response(
-                    connection, tenant, idempotency_key,
-                    StoredResponse(request_hash or "", 201, {
-                        "citation_ids": [r["id"] for r in rows],
-                        "errors": [vars(e) for e in errors],
-                    }),
-                    now,
-                )
-                if first.request_hash != (request_hash or ""):
-                    raise IdempotencyConflict("this Idempotency-Key was already used for a different request")
-            stored = self._load(connection, tenant, [r["id"] for r in rows])
-        return CiteResult(stored, errors, created)
+            stored_mementos = {o.memento.id: o.memento for o in outcomes}
+            all_rows = [row for job in jobs for row in job.rows]
+            inserted = self.index.insert_ignoring(
+                connection, citations, all_rows, conflict=["id"], returning=citations.c.id
+            )
+            # The cited evidence now lives at least as long as the transcripts citing it.
+            self.index.extend_expiries(connection, [reach for job in jobs for reach in _reach(job)])
+            results: list[CiteResult | BaseException] = []
+            first_seen: set[str] = set()
+            for job in jobs:
+                if job.idempotency_key is not None:
+                    self._remember(connection, job)
+                # A row counts as ours only the first time its id appears in the batch.
+                ours = {r["id"] for r in job.rows if r["id"] in inserted and r["id"] not in first_seen}
+                first_seen.update(ours)
+                results.append(CiteResult(
+                    self._as_stored(connection, job.tenant, job.rows, ours, stored_mementos),
+                    job.errors, True,
+                ))
+        return results
+
+    def _remember(self, connection: Any, job: _StoreJob) -> None:
+        assert job.idempotency_key is not None
+        first = self.index.remember_response(
+            connection, job.tenant, job.idempotency_key,
+            StoredResponse(job.request_hash or "", 201, {
+                "citation_ids": [r["id"] for r in job.rows],
+                "errors": [vars(e) for e in job.errors],
+            }),
+            job.now,
+        )
+        if first.request_hash != (job.request_hash or ""):
+            raise IdempotencyConflict("this Idempotency-Key was already used for a different request")
+
+    def _as_stored(
+        self, connection: Any, tenant: str, rows: list[dict[str, Any]], ours: set[str],
+        mementos: Mapping[str, Memento],
+    ) -> list[Citation]:
+        """The citations as stored, in request order: what this request inserted is known;
+        only citations recorded before (same identity) are read back."""
+        earlier = {c.id: c for c in self._load(connection, tenant, [r["id"] for r in rows if r["id"] not in ours])}
+        return [
+            _citation_from(RowView(row), mementos[row["passage_memento_id"]])
+            if row["id"] in ours else earlier[row["id"]]
+            for row in rows
+        ]
 
     def _passage_memento(self, tenant: str, plan: _Planned, blob: StoredBlob, now: datetime) -> Memento:
         evidence = plan.evidence
@@ -467,6 +529,13 @@ class CitationDesk:
             "passage_hash": citation.passage.content_hash if citation else None,
             "quote_hash": citation.quote_hash if citation else None,
         }, sort_keys=True))
+
+
+def _reach(job: _StoreJob) -> list[tuple[str, str, datetime]]:
+    """(tenant, memento id, until) for every memento a job's citations reach."""
+    reached = [m.id for m in job.mementos]
+    reached += [r["document_memento_id"] for r in job.rows if r["document_memento_id"]]
+    return [(job.tenant, memento_id_, job.transcript.retain_until) for memento_id_ in reached]
 
 
 def _citation_from(row: Any, passage: Memento) -> Citation:

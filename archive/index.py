@@ -164,7 +164,7 @@ class Index:
             connection, mementos, list(rows.values()), conflict=["id"], returning=mementos.c.id,
         )
         # What we inserted is known; only rows that were there before are read back.
-        stored = {i: _memento_from(_RowView(row)) for i, row in rows.items() if i in inserted}
+        stored = {i: _memento_from(RowView(row)) for i, row in rows.items() if i in inserted}
         earlier = [i for i in rows if i not in inserted]
         if earlier:
             stored.update((m.id, m) for m in self._load(connection, mementos.c.id.in_(earlier)))
@@ -209,6 +209,22 @@ class Index:
             .values(expires_at=until)
         )
         return int(result.rowcount or 0)
+
+    def extend_expiries(
+        self, connection: Connection, reaches: Sequence[tuple[str, str, datetime]]
+    ) -> None:
+        """Many ``(tenant, memento id, until)`` extensions as one executemany (never shortens)."""
+        if not reaches:
+            return
+        connection.execute(
+            update(mementos)
+            .where(mementos.c.tenant == bindparam("reach_tenant"),
+                   mementos.c.id == bindparam("reach_id"),
+                   mementos.c.deleted_at.is_(None),
+                   (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")))
+            .values(expires_at=bindparam("reach_until")),
+            [{"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))],
+        )
 
     def _memento_row(self, m: Memento) -> dict[str, Any]:
         row = _memento_row(m)
@@ -417,7 +433,7 @@ def _memento_row(m: Memento) -> dict[str, Any]:
     }
 
 
-class _RowView:
+class RowView:
     """A row dict as written, read like a fetched row (attributes, UTC datetimes)."""
 
     def __init__(self, row: dict[str, Any]) -> None:
@@ -428,7 +444,7 @@ class _RowView:
         return value.astimezone(UTC) if isinstance(value, datetime) else value
 
 
-def _memento_from(row: Row[Any] | _RowView) -> Memento:
+def _memento_from(row: Row[Any] | RowView) -> Memento:
     return Memento(
         id=row.id, tenant=row.tenant, uri_r=row.uri_r, urir_key=row.urir_key,
         captured_at=row.captured_at, archived_at=row.archived_at,

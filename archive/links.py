@@ -11,6 +11,7 @@ import html
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 from archive.uri import to_ascii_uri
 
@@ -70,9 +71,8 @@ def robust_link(uri_r: str, uri_m: str, version_date: datetime, *, text: str | N
     return f"<a {rendered}>{html.escape(text if text is not None else uri_r)}</a>"
 
 
-_FRAGMENT_SAFE = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~!$'()*+;=:@/?"
-)
+# Besides letters, digits and "._~" (always kept by quote()): the fragment-safe punctuation.
+_FRAGMENT_SAFE_PUNCTUATION = "!$'()*+;=:@/?"
 _FRAGMENT_WORDS = 6  # words kept at each end of a long quote (textStart,textEnd)
 
 
@@ -100,7 +100,5 @@ def text_fragment_url(uri_r: str, exact: str, prefix: str = "", suffix: str = ""
 
 
 def _encode_fragment(text: str) -> str:
-    return "".join(
-        ch if ch in _FRAGMENT_SAFE else "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
-        for ch in text
-    )
+    # quote() always keeps "-" (an unreserved character), but here it is directive syntax.
+    return quote(text, safe=_FRAGMENT_SAFE_PUNCTUATION).replace("-", "%2D")

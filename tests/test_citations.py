@@ -246,3 +246,66 @@ def test_sources_are_sent_once_and_cited_by_reference(client: Any, archive: Arch
                           json={"citations": [{"source_ref": "nope", "quote": {"exact": "x"}}]})
     assert unknown.status_code == 400
     assert counts(archive) == (2, 2)
+
+
+def test_concurrent_requests_commit_together_and_a_bad_one_fails_alone(archive: Archive) -> None:
+    """Citation requests share one transaction (group commit); one that must fail there (two
+    racing requests with one Idempotency-Key and different bodies) fails by itself, and its
+    batch-mates commit."""
+    import time
+
+    from archive.citations import CitationRequest, QuoteRequest, SourceRequest
+    from archive.exceptions import IdempotencyConflict
+
+    archive.transcripts.put("default", "t-1", "P7Y", {})
+    page = SourceRequest(uri_r=URI_R, content=PAGE.encode(), content_type="text/html", tool="http.get")
+
+    def request(quote: str) -> list[CitationRequest]:
+        return [CitationRequest(quote=QuoteRequest(quote), source=page)]
+
+    desk = archive.citations
+    committer = desk._committer
+    real_commit = committer._commit_batch
+    gate, batches = threading.Event(), []
+
+    def gated(jobs: Any) -> Any:
+        batches.append(len(jobs))
+        assert gate.wait(30)
+        return real_commit(jobs)
+
+    committer._commit_batch = gated  # type: ignore[method-assign]
+    outcomes: dict[str, Any] = {}
+
+    def call(name: str, quote: str, **options: Any) -> None:
+        try:
+            outcomes[name] = desk.cite("default", "t-1", request(quote), **options)
+        except Exception as error:  # noqa: BLE001 - the outcome is what the test checks
+            outcomes[name] = error
+
+    def wait_for(condition: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, "the committer never got there"
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=call, args=("blocker", "Primary carer"))]
+    threads[0].start()
+    wait_for(lambda: batches)  # held at the gate: what comes next queues up behind it
+    threads += [
+        threading.Thread(target=call, args=("a", "sixteen weeks"),
+                         kwargs={"idempotency_key": "k", "request_hash": "x"}),
+        threading.Thread(target=call, args=("b", "16 weeks"),
+                         kwargs={"idempotency_key": "k", "request_hash": "y"}),
+        threading.Thread(target=call, args=("c", "in writing")),
+    ]
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: committer._queue.qsize() == 3)
+    gate.set()
+    for thread in threads:
+        thread.join(30)
+    assert batches[:2] == [1, 3]  # the three queued requests were first tried as one batch
+    assert isinstance(outcomes["b"], IdempotencyConflict)
+    committed = {outcomes[n].citations[0].id for n in ("blocker", "a", "c")}
+    assert {c.id for c in desk.for_transcript("default", "t-1")} == committed
+    assert len(committed) == 3
