@@ -112,6 +112,11 @@ class Index:
             select(mementos).where(mementos.c.tenant == bindparam("tenant"),
                                    mementos.c.id == bindparam("id"))
         )
+        # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
+        self._response_by_key = self.lookups.prepare(
+            select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
+                                           idempotency_keys.c.key == bindparam("key"))
+        )
 
     @property
     def reads_in_process(self) -> bool:
@@ -280,8 +285,8 @@ class Index:
         return None if row is None else _memento_from(row)
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
-        with self.read() as connection:
-            return self._stored_response(connection, tenant, key)
+        row = self.lookups.first(self._response_by_key, tenant=tenant, key=key)
+        return None if row is None else _stored_response_from(row)
 
     def check_idempotency(self, tenant: str, key: str, request_hash: str) -> StoredResponse | None:
         stored = self.stored_response(tenant, key)
@@ -370,12 +375,14 @@ class Index:
                 idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key
             )
         ).first()
-        if row is None:
-            return None
-        return StoredResponse(
-            request_hash=row.request_hash, status_code=row.status_code,
-            body=json.loads(row.response_json),
-        )
+        return None if row is None else _stored_response_from(row)
+
+
+def _stored_response_from(row: Any) -> StoredResponse:
+    return StoredResponse(
+        request_hash=row.request_hash, status_code=row.status_code,
+        body=json.loads(row.response_json),
+    )
 
 
 def _driver_url(url: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from archive.config import CitationPolicy
 from archive.dates import add_iso8601_duration, parse_rfc3339, utc_now
@@ -111,6 +111,9 @@ class TranscriptBook:
     def __init__(self, index: Index, policy: CitationPolicy) -> None:
         self.index = index
         self.policy = policy
+        # Every citation request reads its transcript: a prepared point lookup.
+        self._by_id = index.lookups.prepare(select(transcripts).where(
+            transcripts.c.tenant == bindparam("tenant"), transcripts.c.id == bindparam("id")))
 
     def put(
         self, tenant: str, transcript_id: str, retention: str | Mapping[str, str] | None,
@@ -158,20 +161,21 @@ class TranscriptBook:
 
     def get(self, tenant: str, transcript_id: str) -> Transcript:
         check_transcript_id(transcript_id)
-        with self.index.read() as connection:
-            found = self._get(connection, tenant, transcript_id)
-        if found is None:
+        row = self.index.lookups.first(self._by_id, tenant=tenant, id=transcript_id)
+        if row is None:
             raise TranscriptNotFound("no transcript with this id")
-        return found
+        return _transcript_from(row)
 
     def _get(self, connection: Any, tenant: str, transcript_id: str) -> Transcript | None:
         row = connection.execute(
             select(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
         ).first()
-        if row is None:
-            return None
-        return Transcript(
-            tenant=row.tenant, id=row.id, created_at=row.created_at, updated_at=row.updated_at,
-            retention=row.retention, retain_until=row.retain_until,
-            labels=json.loads(row.labels_json), legal_hold=bool(row.legal_hold),
-        )
+        return None if row is None else _transcript_from(row)
+
+
+def _transcript_from(row: Any) -> Transcript:
+    return Transcript(
+        tenant=row.tenant, id=row.id, created_at=row.created_at, updated_at=row.updated_at,
+        retention=row.retention, retain_until=row.retain_until,
+        labels=json.loads(row.labels_json), legal_hold=bool(row.legal_hold),
+    )
