@@ -35,7 +35,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
-from archive.lookups import Lookups
+from archive.prepared import Lookups, PreparedInsert
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
 from archive.schema import blobs, idempotency_keys, mementos, tenants
@@ -105,6 +105,7 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
+        self._inserts: dict[tuple[Any, ...], PreparedInsert] = {}
         self.lookups = Lookups(
             self._reader, _sqlite_path(self.url) if self.dialect == "sqlite" else None
         )
@@ -268,15 +269,31 @@ class Index:
     ) -> set[Any]:
         if not rows:
             return set()
-        dialect_insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        statement = dialect_insert(table).on_conflict_do_nothing(index_elements=conflict)
+        if self.dialect == "sqlite":
+            # Row by row on the driver: rowcount tells inserted from ignored, and it costs a
+            # fraction of Core's multi-row INSERT … RETURNING (the writer is the bottleneck).
+            prepared = self._prepared_insert(table, conflict, list(rows[0]))
+            return prepared.run(
+                connection.connection.dbapi_connection, rows,
+                None if returning is None else returning.key,
+            )
+        statement = postgresql.insert(table).on_conflict_do_nothing(index_elements=conflict)
         if returning is None:
             connection.execute(statement, rows)
             return set()
         # SQLAlchemy's "insertmanyvalues" runs this as batched multi-row INSERT … RETURNING
-        # on both SQLite (≥ 3.35) and psycopg: only rows really inserted come back.
+        # on psycopg: only rows really inserted come back.
         result = connection.execute(statement.returning(returning), rows)
         return set(result.scalars().all())
+
+    def _prepared_insert(self, table: Any, conflict: list[str], keys: list[str]) -> PreparedInsert:
+        cache_key = (table.name, tuple(conflict), tuple(keys))
+        prepared = self._inserts.get(cache_key)
+        if prepared is None:
+            columns = [table.c[k] for k in keys]
+            statement = sqlite.insert(table).on_conflict_do_nothing(index_elements=conflict)
+            prepared = self._inserts[cache_key] = PreparedInsert(statement, columns, self._writer)
+        return prepared
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Point lookups on the request hot path, run on raw DB-API connections.
+"""Statements on the request hot path, compiled once and run on raw DB-API connections.
 
 Resolving a URI-M or checking an API key is one primary-key SELECT. Through SQLAlchemy's
 execution machinery (pool checkout, reset-on-return rollback, cache key, execution context,
@@ -9,6 +9,9 @@ processors, so it hands back exactly the values a Core query would.
 
 SQLite: each thread keeps its own read-only connection (a point SELECT in WAL mode never
 waits for the writer). PostgreSQL: connections come from the engine's pool as usual.
+
+:class:`PreparedInsert` does the same for SQLite's ``INSERT … ON CONFLICT DO NOTHING`` inside
+the writer's transaction: one execute per row, whose rowcount says whether it was inserted.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ class PreparedLookup:
         )
         columns = list(statement.selected_columns)
         self._row_type = namedtuple("LookupRow", [c.key for c in columns])  # type: ignore[misc]
+        # dialect_impl: the type as this dialect runs it (e.g. SQLite's DATETIME text format).
         self._processors: list[Callable[[Any], Any] | None] = [
-            c.type.result_processor(dialect, None) for c in columns
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
         ]
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
@@ -98,3 +102,37 @@ class Lookups:
                 self._opened.append(connection)
             self._local.connection = connection
         return connection
+
+
+class PreparedInsert:
+    """``INSERT … ON CONFLICT DO NOTHING`` of one column set, compiled for SQLite.
+
+    Runs on the DB-API connection under an open SQLAlchemy transaction (so it commits or
+    rolls back with it), applying the column types' bind processors as Core would.
+    """
+
+    def __init__(self, statement: Any, columns: list[Any], engine: Engine) -> None:
+        dialect = engine.dialect
+        compiled = statement.compile(dialect=dialect, column_keys=[c.key for c in columns])
+        self.sql = compiled.string
+        order = list(compiled.positiontup or ())
+        by_key = {c.key: c for c in columns}
+        self._binds: list[tuple[str, Callable[[Any], Any] | None]] = [
+            (key, by_key[key].type.dialect_impl(dialect).bind_processor(dialect)) for key in order
+        ]
+
+    def run(self, dbapi_connection: Any, rows: list[dict[str, Any]], key: str | None) -> set[Any]:
+        """Insert ``rows``; the ``key`` values of the rows really inserted."""
+        cursor = dbapi_connection.cursor()
+        inserted: set[Any] = set()
+        try:
+            for row in rows:
+                cursor.execute(self.sql, [
+                    row[name] if process is None else process(row[name])
+                    for name, process in self._binds
+                ])
+                if key is not None and cursor.rowcount == 1:
+                    inserted.add(row[key])
+        finally:
+            cursor.close()
+        return inserted
