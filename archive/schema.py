@@ -33,6 +33,28 @@ class UTCDateTime(TypeDecorator[datetime]):
             value = datetime.fromisoformat(value)
         return value.replace(tzinfo=UTC)
 
+    # SQLite stores datetimes as text. These write and read exactly the text SQLAlchemy's
+    # SQLite DATETIME does ("YYYY-MM-DD HH:MM:SS.ffffff"), with the C isoformat routines
+    # instead of its generic formatting: datetimes are most of a write's bind work.
+    def bind_processor(self, dialect: Dialect) -> Any:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: Any) -> str | None:
+            naive = self.process_bind_param(value, dialect)
+            return None if naive is None else naive.isoformat(" ", "microseconds")
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        def process(value: Any) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+        return process
+
 
 metadata = MetaData()
 
