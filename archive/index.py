@@ -35,9 +35,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
-from archive.prepared import Lookups, PreparedInsert
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
+from archive.prepared import Lookups, PreparedInsert
 from archive.schema import blobs, idempotency_keys, mementos, tenants
 
 DEFAULT_TENANT = "default"
@@ -460,12 +460,14 @@ def _memento_row(m: Memento) -> dict[str, Any]:
 class RowView:
     """A row dict as written, read like a fetched row (attributes, UTC datetimes)."""
 
-    def __init__(self, row: dict[str, Any]) -> None:
-        self._row = row
+    def __getattr__(self, name: str) -> Any:  # for type checkers: columns are attributes
+        raise AttributeError(name)
 
-    def __getattr__(self, name: str) -> Any:
-        value = self._row[name]
-        return value.astimezone(UTC) if isinstance(value, datetime) else value
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.__dict__.update(
+            (name, value.astimezone(UTC) if isinstance(value, datetime) else value)
+            for name, value in row.items()
+        )
 
 
 def _memento_from(row: Row[Any] | RowView) -> Memento:
