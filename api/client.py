@@ -117,6 +117,7 @@ SAFE_ANSWER = "I cannot cite this reliably."
 USER_AGENT = "amber-client/0.1 (+httpx)"
 DEFAULT_EVIDENCE_TOOLS = ("http.get", "kb.read")  # the server's default citations.evidence_sources
 SEARCH_TOOL_PREFIX = "search."
+MAX_SOURCES_PER_REQUEST = 100  # the server's limit on a request's `sources`; more go inline
 # Response headers worth keeping as capture facts (the server keeps the same set and drops
 # the rest); sending only these keeps cookies and the like off the wire.
 CAPTURE_HEADERS = frozenset({
@@ -576,8 +577,11 @@ class _Core:
 
     def cite(self, transcript_id: str, citations: Sequence[Mapping[str, Any]], *,
              fail_closed: bool | None, run_id: str | None,
-             idempotency_key: str | None) -> _Call[CiteResult]:
+             idempotency_key: str | None,
+             sources: Mapping[str, Mapping[str, Any]] | None = None) -> _Call[CiteResult]:
         payload: dict[str, Any] = {"citations": [dict(c) for c in citations]}
+        if sources:
+            payload["sources"] = {ref: dict(source) for ref, source in sources.items()}
         if fail_closed is not None:
             payload["fail_closed"] = fail_closed
         if run_id is not None:
@@ -1064,6 +1068,8 @@ class _AnswerPlan:
             raise ValueError("mode is 'fail_closed' or 'degrade'")
         answer = Answer.coerce(answer)
         sent, wire, errors = [], [], []
+        refs: dict[str, str] = {}  # source_id -> key in `sources`
+        shared: dict[str, dict[str, Any]] = {}
         for index, claim in enumerate(answer.citations):
             source = locker.get(claim.source_id)
             if source is None:
@@ -1072,12 +1078,17 @@ class _AnswerPlan:
                                             claim.source_id))
                 continue
             sent.append(index)
-            wire.append({"source": source.wire_source(), "source_id": source.source_id,
-                         "quote": claim.wire_quote()})
+            # Each captured document travels once, in `sources`, however often it is cited.
+            ref = refs.get(source.source_id)
+            if ref is None and len(refs) < MAX_SOURCES_PER_REQUEST:
+                ref = refs[source.source_id] = f"s{len(refs)}"
+                shared[ref] = source.wire_source()
+            evidence = {"source_ref": ref} if ref is not None else {"source": source.wire_source()}
+            wire.append({**evidence, "source_id": source.source_id, "quote": claim.wire_quote()})
         call = None
         if wire and (keep_valid or not errors):
             call = core.cite(transcript_id, wire, fail_closed=not keep_valid, run_id=run_id,
-                             idempotency_key=idempotency_key)
+                             idempotency_key=idempotency_key, sources=shared)
         return cls(transcript_id, answer, mode, required, keep_valid, run_id, locker,
                    tuple(sent), tuple(errors), call)
 

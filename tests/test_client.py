@@ -362,6 +362,21 @@ def test_required_answer_without_citations(amber: AmberClient, sent: list[httpx.
     assert sent == []
 
 
+def test_a_document_cited_several_times_is_sent_once(amber: AmberClient, sent: list[httpx.Request]) -> None:
+    locker = EvidenceLocker()
+    page, _ = captured(locker)
+    answer = Answer("…", [Claim(page.source_id, QUOTE), Claim(page.source_id, "four weeks in advance")])
+    cited = amber.cite_answer("t-1", answer, locker)
+    assert not cited.degraded and [c.exact for c in cited.citations] == [QUOTE, "four weeks in advance"]
+    assert all(c.source_ids == (page.source_id,) and c.document_hash == page.content_hash
+               for c in cited.citations)
+    [request] = [r for r in sent if r.url.path.endswith("/citations")]
+    body = json.loads(request.content)
+    assert list(body["sources"]) == ["s0"] and body["sources"]["s0"] == page.wire_source()
+    assert [c["source_ref"] for c in body["citations"]] == ["s0", "s0"]
+    assert all("source" not in c for c in body["citations"])
+
+
 def test_keep_valid_stores_the_valid_citations_and_reports_the_rest(amber: AmberClient) -> None:
     locker = EvidenceLocker()
     page, hit = captured(locker)
