@@ -50,7 +50,6 @@ def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
                 f"role {principal.role!r} may not do this; needs one of "
                 + ", ".join(sorted(r.value for r in allowed))
             )
-        request.state.principal = principal
         return principal
 
     dependency.__name__ = "require_" + "_or_".join(sorted(r.value for r in allowed))

@@ -16,6 +16,7 @@ import hmac
 import os
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -32,6 +33,7 @@ KEY_PREFIX = "amber"
 _KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
 _TENANT = re.compile(r"[a-z0-9][a-z0-9_\-]{0,62}")
 MAX_PRESENTED_KEY = 128  # longer is refused before any work is done
+_VERIFIED_CACHE_SIZE = 4096  # verified keys remembered per thread (by digest, never the key)
 SECRET_FILE = "key-secret"
 
 
@@ -104,6 +106,7 @@ class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
+        self._local = threading.local()  # per thread: data_version is per connection
         # Checked on every request: a prepared point lookup, so revocation (a committed
         # row, whichever process wrote it) takes effect on the very next request.
         self._by_id = index.lookups.prepare(
@@ -160,6 +163,35 @@ class KeyRing:
     def authenticate(self, presented: str | None) -> Principal:
         if not presented:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
+        if len(presented) > MAX_PRESENTED_KEY:
+            raise Unauthenticated("malformed API key")
+        # A key verified on this thread stays verified while nothing at all has been committed
+        # to the database since (SQLite's data_version, read before checking): a revocation
+        # is a commit, so it takes effect on the very next request, from whichever process.
+        version = self.index.lookups.data_version()
+        cache = self._verified_cache(version)
+        if cache is None:
+            return self._check(presented)
+        fingerprint = hashlib.sha256(presented.encode("utf-8", "replace")).digest()
+        known = cache.get(fingerprint)
+        if known is not None:
+            return known
+        principal = self._check(presented)
+        if len(cache) >= _VERIFIED_CACHE_SIZE:
+            cache.clear()
+        cache[fingerprint] = principal
+        return principal
+
+    def _verified_cache(self, version: int | None) -> dict[bytes, Principal] | None:
+        if version is None:  # PostgreSQL: no cheap commit counter; check every time
+            return None
+        local = self._local
+        if getattr(local, "version", None) != version:
+            local.version, local.verified = version, {}
+        verified: dict[bytes, Principal] = local.verified
+        return verified
+
+    def _check(self, presented: str) -> Principal:
         match = _KEY.fullmatch(presented) if len(presented) <= MAX_PRESENTED_KEY else None
         if match is None:
             raise Unauthenticated("malformed API key")

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GOAL_RATIO = 0.8
+AUTH_GOAL_RATIO = 0.9  # issue #3: authentication may cost at most 10%
 NOISY_OTHER_CPU = 0.25  # busy CPU (in cores) of everything but the server and the load
 SATURATED_LOAD_CPU = 0.85  # load process CPU (in cores) above which it is the bottleneck
 PASSAGE_BYTES = 4096
@@ -568,7 +569,7 @@ def _frame_name(frame: str) -> str:
 # --------------------------------------------------------------------------------------
 
 _HEADER = (
-    f"{'mode':<8} {'server':<9} {'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+    f"{'mode':<12} {'server':<9} {'request':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
     f"{'n':>7} {'err':>4} {'srv cpu':>8} {'load cpu':>8} {'other':>6}"
 )
 _REQUEST = {
@@ -581,13 +582,13 @@ _REQUEST = {
 
 def _print_row(r: PhaseResult) -> None:
     print(
-        f"{r.mode:<8} {r.target:<9} {_REQUEST[(r.target, r.kind)]:<34} {r.rps:>8.0f} "
+        f"{r.mode:<12} {r.target:<9} {_REQUEST[(r.target, r.kind)]:<34} {r.rps:>8.0f} "
         f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.requests:>7} {r.errors:>4} "
         f"{r.server_cpu:>8.0%} {r.load_cpu:>8.0%} {r.other_cpu:>6.0%}",
         flush=True,
     )
     if r.errors:
-        print(f"{'':<8} {'':<9} ^ statuses: {r.statuses}", flush=True)
+        print(f"{'':<12} {'':<9} ^ statuses: {r.statuses}", flush=True)
 
 
 def ratios_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
@@ -609,15 +610,28 @@ def ratios_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def auth_costs_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
+    """amber with a key / amber without, per mode and kind, when --auth both ran."""
+    table = {(r.mode, r.kind): r for r in results if r.target == "amber"}
+    rows = []
+    for (mode, kind), keyed in table.items():
+        open_ = table.get((f"{mode}-noauth", kind))
+        if open_ is None or not open_.rps:
+            continue
+        rows.append({"mode": mode, "kind": kind, "ratio": keyed.rps / open_.rps,
+                     "with_key_rps": keyed.rps, "without_key_rps": open_.rps})
+    return rows
+
+
 def _print_summary(results: list[PhaseResult], ratios: list[dict[str, Any]]) -> None:
     print()
-    print(f"{'mode':<8} {'ratio':<8} {'amber/baseline':>14} {'amber req/s':>12} "
+    print(f"{'mode':<12} {'ratio':<8} {'amber/baseline':>14} {'amber req/s':>12} "
           f"{'base req/s':>11} {'p50 ms amber/base':>18} {'p99 ms amber/base':>18}")
     for row in ratios:
         p50, p99 = row["p50_ms"], row["p99_ms"]
         verdict = "ok" if row["meets_goal"] else f"below {GOAL_RATIO}"
         print(
-            f"{row['mode']:<8} {row['kind']:<8} {row['ratio']:>9.2f} {verdict:>5}"
+            f"{row['mode']:<12} {row['kind']:<8} {row['ratio']:>9.2f} {verdict:>5}"
             f"{row['amber_rps']:>11.0f} {row['baseline_rps']:>11.0f} "
             f"{p50['amber']:>8.2f}/{p50['baseline']:<9.2f} {p99['amber']:>8.2f}/{p99['baseline']:<9.2f}"
         )
@@ -627,6 +641,10 @@ def _print_summary(results: list[PhaseResult], ratios: list[dict[str, Any]]) -> 
         print(f"\ncost of durability (writes): full/relaxed throughput = {full.rps / relaxed.rps:.2f}, "
               f"p50 {full.p50_ms:.2f} vs {relaxed.p50_ms:.2f} ms")
     print(f"goal (durability full): both ratios >= {GOAL_RATIO}")
+    for row in auth_costs_of(results):
+        print(f"cost of authentication ({row['mode']} {row['kind']}): with/without key = "
+              f"{row['ratio']:.2f} ({row['with_key_rps']:.0f} vs {row['without_key_rps']:.0f} req/s; "
+              f"goal >= {AUTH_GOAL_RATIO})")
     saturated = [r for r in results if r.load_cpu > SATURATED_LOAD_CPU]
     if saturated:
         names = ", ".join(f"{r.mode} {r.target} {r.kind}" for r in saturated)
@@ -715,9 +733,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--amber-root", type=Path, default=REPO_ROOT,
                         help="checkout of Amber to serve (default: the one holding this script), "
                              "e.g. an export of another commit to compare")
-    parser.add_argument("--auth", choices=("key", "off"), default="key",
+    parser.add_argument("--auth", choices=("key", "off", "both"), default="key",
                         help="key: requests carry an agent API key made with `amber keys create` "
-                             "(default); off: `amber serve --insecure-no-auth`")
+                             "(default); off: `amber serve --insecure-no-auth`; both: each mode "
+                             "once with a key and once without (rows '<mode>-noauth'), and the "
+                             "cost of authentication as amber(key)/amber(off)")
     parser.add_argument("--uri-space", type=int, default=1000,
                         help="distinct URI-Rs the written passages spread over (default: 1000)")
     parser.add_argument("--data-root", default=None,
@@ -757,19 +777,21 @@ def main(argv: list[str] | None = None) -> int:
         with ExitStack() as stack:
             baseline = start_baseline(work_dir)
             stack.callback(baseline.stop)
-            for mode in args.modes:
-                amber = start_amber(mode, work_dir / f"data-{mode}", work_dir,
-                                    auth=args.auth == "key", root=args.amber_root)
+            variants = {"key": [True], "off": [False], "both": [True, False]}[args.auth]
+            for mode, auth in ((m, a) for m in args.modes for a in variants):
+                label = mode if auth or args.auth != "both" else f"{mode}-noauth"
+                amber = start_amber(mode, work_dir / f"data-{label}", work_dir,
+                                    auth=auth, root=args.amber_root)
                 try:
-                    base_w, _ = run_phase(args, work_dir, baseline, mode=mode, target="baseline",
+                    base_w, _ = run_phase(args, work_dir, baseline, mode=label, target="baseline",
                                           kind="write", path="/write")
-                    amber_w, uri_ms = run_phase(args, work_dir, amber, mode=mode, target="amber",
+                    amber_w, uri_ms = run_phase(args, work_dir, amber, mode=label, target="amber",
                                                 kind="write", path="/api/v1/mementos")
-                    base_r, _ = run_phase(args, work_dir, baseline, mode=mode, target="baseline",
+                    base_r, _ = run_phase(args, work_dir, baseline, mode=label, target="baseline",
                                           kind="resolve", path="/bytes")
                     if not uri_ms:
-                        raise RuntimeError(f"amber ({mode}) wrote nothing; see {amber.log_path}")
-                    amber_r, _ = run_phase(args, work_dir, amber, mode=mode, target="amber",
+                        raise RuntimeError(f"amber ({label}) wrote nothing; see {amber.log_path}")
+                    amber_r, _ = run_phase(args, work_dir, amber, mode=label, target="amber",
                                            kind="resolve", path="", urls=uri_ms)
                     results += [base_w, amber_w, base_r, amber_r]
                 finally:
@@ -782,7 +804,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = ratios_of(results)
     if args.json:
         print(json.dumps({"environment": env, "results": [asdict(r) for r in results],
-                          "ratios": ratios, "goal_ratio": GOAL_RATIO}, indent=2))
+                          "ratios": ratios, "goal_ratio": GOAL_RATIO,
+                          "auth_costs": auth_costs_of(results)}, indent=2))
     else:
         _print_summary(results, ratios)
     return 0

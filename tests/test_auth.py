@@ -185,6 +185,22 @@ def test_revoked_key_stops_at_once(world: World) -> None:
     assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 401
 
 
+def test_key_revoked_by_another_process_stops_at_once(world: World, settings: Settings) -> None:
+    """The server remembers verified keys between commits; a revocation committed by another
+    process (here another Archive with its own connections, as `amber keys revoke` is) must
+    still refuse the very next request."""
+    issued = world.archive.keys.create("default", Role.AUDITOR)
+    headers = {"Authorization": f"Bearer {issued.key}"}
+    for _ in range(3):  # verified, then served from what the server remembers
+        assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 200
+    elsewhere = Archive.open(settings)
+    try:
+        elsewhere.keys.revoke(issued.info.key_id)
+    finally:
+        elsewhere.close()
+    assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 401
+
+
 def test_created_key_works_and_listing_hides_secrets(world: World) -> None:
     admin = world.as_("default", Role.ADMIN)
     created = world.client.post("/api/v1/keys", json={"role": "agent", "name": "bot"}, headers=admin).json()
