@@ -255,13 +255,16 @@ async def post_citations(
     request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
     requests = _citation_requests(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
-    result: CiteResult = await run_in_threadpool(
-        archive.citations.cite, principal.tenant, transcript_id, requests,
-        fail_closed=body.fail_closed, run_id=body.run_id,
-        idempotency_key=idempotency_key, request_hash=request_hash,
-    )
+
+    def cite() -> tuple[CiteResult, dict[str, Any]]:  # one trip to the thread pool, not two
+        result = archive.citations.cite(
+            principal.tenant, transcript_id, requests, fail_closed=body.fail_closed,
+            run_id=body.run_id, idempotency_key=idempotency_key, request_hash=request_hash,
+        )
+        return result, source_drift_by_citation(archive, principal.tenant, result.citations)
+
+    result, rates = await run_in_threadpool(cite)
     attach = archive.settings.citations.attach_snapshot_hash
-    rates = await run_in_threadpool(source_drift_by_citation, archive, principal.tenant, result.citations)
     return JSONResponse(
         {"citations": [{**render_citation(c, urls, attach), "source_drift": rates.get(c.id)}
                        for c in result.citations],

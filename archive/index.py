@@ -37,7 +37,7 @@ from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
-from archive.prepared import Lookups, PreparedInsert
+from archive.prepared import Lookups, PreparedWrite
 from archive.schema import blobs, idempotency_keys, mementos, tenants
 
 DEFAULT_TENANT = "default"
@@ -67,6 +67,17 @@ class StoredResponse:
 class WriteOutcome:
     memento: Memento  # the row as stored (the existing one when created is False)
     created: bool
+
+
+# One memento's expiry extended to a date (never shortened): executemany'd per batch.
+_EXTEND_EACH = (
+    update(mementos)
+    .where(mementos.c.tenant == bindparam("reach_tenant"),
+           mementos.c.id == bindparam("reach_id"),
+           mementos.c.deleted_at.is_(None),
+           (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")))
+    .values(expires_at=bindparam("reach_until"))
+)
 
 
 def _live_of(tenant: str, urir_key: str) -> Any:
@@ -105,7 +116,8 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
-        self._inserts: dict[tuple[Any, ...], PreparedInsert] = {}
+        self._inserts: dict[tuple[Any, ...], PreparedWrite] = {}
+        self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
             self._reader, _sqlite_path(self.url) if self.dialect == "sqlite" else None
         )
@@ -222,15 +234,11 @@ class Index:
         """Many ``(tenant, memento id, until)`` extensions as one executemany (never shortens)."""
         if not reaches:
             return
-        connection.execute(
-            update(mementos)
-            .where(mementos.c.tenant == bindparam("reach_tenant"),
-                   mementos.c.id == bindparam("reach_id"),
-                   mementos.c.deleted_at.is_(None),
-                   (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")))
-            .values(expires_at=bindparam("reach_until")),
-            [{"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))],
-        )
+        rows = [{"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))]
+        if self.dialect == "sqlite":
+            self._extend_each.run_many(connection.connection.dbapi_connection, rows)
+        else:
+            connection.execute(_EXTEND_EACH, rows)
 
     def _memento_row(self, m: Memento) -> dict[str, Any]:
         row = _memento_row(m)
@@ -273,7 +281,7 @@ class Index:
             # Row by row on the driver: rowcount tells inserted from ignored, and it costs a
             # fraction of Core's multi-row INSERT … RETURNING (the writer is the bottleneck).
             prepared = self._prepared_insert(table, conflict, list(rows[0]))
-            return prepared.run(
+            return prepared.run_each(
                 connection.connection.dbapi_connection, rows,
                 None if returning is None else returning.key,
             )
@@ -286,13 +294,12 @@ class Index:
         result = connection.execute(statement.returning(returning), rows)
         return set(result.scalars().all())
 
-    def _prepared_insert(self, table: Any, conflict: list[str], keys: list[str]) -> PreparedInsert:
+    def _prepared_insert(self, table: Any, conflict: list[str], keys: list[str]) -> PreparedWrite:
         cache_key = (table.name, tuple(conflict), tuple(keys))
         prepared = self._inserts.get(cache_key)
         if prepared is None:
-            columns = [table.c[k] for k in keys]
             statement = sqlite.insert(table).on_conflict_do_nothing(index_elements=conflict)
-            prepared = self._inserts[cache_key] = PreparedInsert(statement, columns, self._writer)
+            prepared = self._inserts[cache_key] = PreparedWrite(statement, self._writer, keys)
         return prepared
 
     # -- reads ----------------------------------------------------------------------------

@@ -10,8 +10,9 @@ processors, so it hands back exactly the values a Core query would.
 SQLite: each thread keeps its own read-only connection (a point SELECT in WAL mode never
 waits for the writer). PostgreSQL: connections come from the engine's pool as usual.
 
-:class:`PreparedInsert` does the same for SQLite's ``INSERT … ON CONFLICT DO NOTHING`` inside
-the writer's transaction: one execute per row, whose rowcount says whether it was inserted.
+:class:`PreparedWrite` does the same for the SQLite writer's hottest statements (``INSERT …
+ON CONFLICT DO NOTHING`` row by row, whose rowcount says whether it was inserted; executemany
+of an UPDATE) inside the writer's transaction.
 """
 
 from __future__ import annotations
@@ -112,35 +113,38 @@ class Lookups:
         return connection
 
 
-class PreparedInsert:
-    """``INSERT … ON CONFLICT DO NOTHING`` of one column set, compiled for SQLite.
+class PreparedWrite:
+    """One INSERT/UPDATE compiled for SQLite, run on the driver under an open transaction.
 
-    Runs on the DB-API connection under an open SQLAlchemy transaction (so it commits or
-    rolls back with it), applying the column types' bind processors as Core would.
+    It runs on the DB-API connection of an open SQLAlchemy transaction (so it commits or
+    rolls back with it), applying the bind types' processors as Core would.
     """
 
-    def __init__(self, statement: Any, columns: list[Any], engine: Engine) -> None:
+    def __init__(self, statement: Any, engine: Engine, column_keys: list[str] | None = None) -> None:
         dialect = engine.dialect
-        compiled = statement.compile(dialect=dialect, column_keys=[c.key for c in columns])
+        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
         self.sql = compiled.string
-        order = list(compiled.positiontup or ())
-        by_key = {c.key: c for c in columns}
         self._binds: list[tuple[str, Callable[[Any], Any] | None]] = [
-            (key, by_key[key].type.dialect_impl(dialect).bind_processor(dialect)) for key in order
+            (name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect))
+            for name in compiled.positiontup or ()
         ]
 
-    def run(self, dbapi_connection: Any, rows: list[dict[str, Any]], key: str | None) -> set[Any]:
-        """Insert ``rows``; the ``key`` values of the rows really inserted."""
+    def _parameters(self, row: Mapping[str, Any]) -> list[Any]:
+        return [row[name] if process is None else process(row[name]) for name, process in self._binds]
+
+    def run_each(self, dbapi_connection: Any, rows: list[dict[str, Any]], key: str | None) -> set[Any]:
+        """Execute once per row; the ``key`` values of rows that changed something (for
+        ``INSERT … ON CONFLICT DO NOTHING``: the rows really inserted)."""
         cursor = dbapi_connection.cursor()
-        inserted: set[Any] = set()
+        changed: set[Any] = set()
         try:
             for row in rows:
-                cursor.execute(self.sql, [
-                    row[name] if process is None else process(row[name])
-                    for name, process in self._binds
-                ])
+                cursor.execute(self.sql, self._parameters(row))
                 if key is not None and cursor.rowcount == 1:
-                    inserted.add(row[key])
+                    changed.add(row[key])
         finally:
             cursor.close()
-        return inserted
+        return changed
+
+    def run_many(self, dbapi_connection: Any, rows: list[dict[str, Any]]) -> None:
+        dbapi_connection.executemany(self.sql, [self._parameters(row) for row in rows])
