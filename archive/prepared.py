@@ -83,6 +83,16 @@ class Lookups:
                 connection.close()  # back to the pool, which rolls the read back
         return None if raw is None else lookup.row(raw)
 
+    def all_on(self, dbapi_connection: Any, lookup: PreparedLookup, **values: Any) -> list[Any]:
+        """Every row of ``lookup`` on a given driver connection (e.g. inside the writer's
+        open transaction, to see its own uncommitted rows)."""
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(lookup.sql, lookup.parameters(values))
+            return [lookup.row(raw) for raw in cursor.fetchall()]
+        finally:
+            cursor.close()
+
     def data_version(self) -> int | None:
         """SQLite's ``PRAGMA data_version`` on this thread's connection: it changes whenever
         any other connection, in any process, has committed since. None on PostgreSQL."""
