@@ -8,7 +8,10 @@ temporary data dir, an agent key made with the CLI) and measures over HTTP:
 2. distinct citations per second through the batch endpoint from concurrent clients (each
    request: 10 passages not cited before), inline source and by memento id.
 
-Usage: python benchmarks/bench_citations.py [--seconds 10] [--clients 8]
+With ``--library`` it measures the library alone instead: the same batches by memento id,
+``CitationDesk.cite`` called from concurrent threads in this process, no HTTP.
+
+Usage: python benchmarks/bench_citations.py [--seconds 10] [--clients 8] [--library]
 """
 
 from __future__ import annotations
@@ -69,8 +72,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--library", action="store_true",
+                        help="call the library in-process (no HTTP) instead of a server")
     args = parser.parse_args()
     html, sentences = page()
+    if args.library:
+        library(html, sentences, args.seconds, args.clients)
+        return
     source = {"uri_r": "https://policy.example/terms", "content_base64": base64.b64encode(html).decode(),
               "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200}
     with tempfile.TemporaryDirectory() as data_dir:
@@ -133,6 +141,48 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+def library(html: bytes, sentences: list[str], seconds: float, clients: int) -> None:
+    """Citations/s through ``CitationDesk.cite`` from ``clients`` threads, no HTTP."""
+    from archive.archive import Archive, MementoRequest
+    from archive.citations import CitationRequest, QuoteRequest
+    from archive.config import Settings
+    from archive.mementos import CaptureFacts
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        archive = Archive.open(Settings(data_dir=Path(data_dir)))
+        try:
+            document = archive.write_memento(MementoRequest(
+                uri_r="https://policy.example/terms", content=html,
+                content_type="text/html; charset=utf-8",
+                facts=CaptureFacts(tool="http.get", http_status=200))).memento.id
+            quotes, lock, done = itertools.count(), threading.Lock(), [0]
+            stop = time.monotonic() + seconds
+
+            def worker() -> None:
+                transcript = f"bench-{threading.get_ident()}"
+                archive.transcripts.put("default", transcript, "P7Y", {})
+                while time.monotonic() < stop:
+                    with lock:
+                        picks = [sentences[next(quotes) % SENTENCES] for _ in range(10)]
+                    cited = archive.citations.cite("default", transcript, [
+                        CitationRequest(quote=QuoteRequest(q), memento_id=document) for q in picks])
+                    with lock:
+                        done[0] += len(cited.citations)
+
+            threads = [threading.Thread(target=worker) for _ in range(clients)]
+            started, cpu = time.perf_counter(), time.process_time()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - started
+            print(f"library, memento_id: {done[0] / elapsed:,.0f} citations/s "
+                  f"({clients} threads, batches of 10, durability on; "
+                  f"{(time.process_time() - cpu) / max(1, done[0]) * 1e6:,.0f} µs CPU per citation)")
+        finally:
+            archive.close()
 
 
 if __name__ == "__main__":
