@@ -129,18 +129,23 @@ def main() -> None:
                             with lock:
                                 done[0] += len(response.json()["citations"])
 
-                threads = [threading.Thread(target=worker) for _ in range(args.clients)]
-                started = time.perf_counter()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                elapsed = time.perf_counter() - started
+                elapsed = run_threads(worker, args.clients)
                 print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
                       f"({args.clients} clients, batches of 10, durability on)")
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+def run_threads(worker: Any, count: int) -> float:
+    """Run ``count`` threads of ``worker`` to completion; the seconds it took."""
+    threads = [threading.Thread(target=worker) for _ in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
 
 
 def library(html: bytes, sentences: list[str], seconds: float, clients: int) -> None:
@@ -171,13 +176,8 @@ def library(html: bytes, sentences: list[str], seconds: float, clients: int) -> 
                     with lock:
                         done[0] += len(cited.citations)
 
-            threads = [threading.Thread(target=worker) for _ in range(clients)]
-            started, cpu = time.perf_counter(), time.process_time()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed = time.perf_counter() - started
+            cpu = time.process_time()
+            elapsed = run_threads(worker, clients)
             print(f"library, memento_id: {done[0] / elapsed:,.0f} citations/s "
                   f"({clients} threads, batches of 10, durability on; "
                   f"{(time.process_time() - cpu) / max(1, done[0]) * 1e6:,.0f} µs CPU per citation)")
