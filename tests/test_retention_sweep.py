@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from archive.archive import Archive, MementoRequest
 from archive.blobstore import local as local_store
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
+from archive.config import Settings
 from archive.dates import utc_now
 from archive.mementos import CaptureFacts
 from archive.schema import blobs, citations, mementos
@@ -25,6 +27,14 @@ FILLER = b" Lorem ipsum filler so that a passage (quote plus context) is not the
 
 class Killed(Exception):
     """Stands for kill -9 right after the store removed the bytes."""
+
+
+@pytest.fixture()
+def sqlite_archive(tmp_path: Path) -> Iterator[Archive]:
+    """The embedded default alone (local store + SQLite), for checks of SQLite itself."""
+    opened = Archive.open(Settings(data_dir=tmp_path / "amber-data"))
+    yield opened
+    opened.close()
 
 
 def capture(archive: Archive, content: bytes, uri: str = "https://ex.org/a") -> Any:
@@ -122,9 +132,8 @@ _BIG_TABLES = ("mementos", "blobs", "citations", "drift_checks", "transcripts")
 _DUE_ONLY = ("mementos_due", "blobs_deleting")
 
 
-def test_sweep_statements_never_scan_the_archive(archive: Archive) -> None:
-    if archive.index.dialect != "sqlite":
-        pytest.skip("EXPLAIN QUERY PLAN is SQLite's; PostgreSQL plans depend on statistics")
+def test_sweep_statements_never_scan_the_archive(sqlite_archive: Archive) -> None:
+    archive = sqlite_archive  # SQLite's own query plans and settings: embedded default only
     archive.transcripts.put("default", "t", "P1D", {})
     for n in range(4):
         document = capture(archive, f"Document {n} says the rate is four percent.".encode() + FILLER,
@@ -159,9 +168,8 @@ def test_sweep_statements_never_scan_the_archive(archive: Archive) -> None:
                     assert scanned.group(2) in _DUE_ONLY, f"{step} in: {statement}"
 
 
-def test_sweep_leaves_the_connection_settings_as_it_found_them(archive: Archive) -> None:
-    if archive.index.dialect != "sqlite":
-        pytest.skip("mmap is a SQLite setting")
+def test_sweep_leaves_the_connection_settings_as_it_found_them(sqlite_archive: Archive) -> None:
+    archive = sqlite_archive  # SQLite's own query plans and settings: embedded default only
     capture(archive, b"expiring soon")
     with archive.index.write() as connection:
         before = connection.exec_driver_sql("PRAGMA mmap_size").scalar()
