@@ -61,7 +61,7 @@ log = logging.getLogger("amber.citations")
 
 PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
 _PREPARED_CACHE_SIZE = 32
-_BLOB_WRITERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="amber-passage-put")
+_BLOB_WRITERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="amber-passage-put")
 
 
 @dataclass(frozen=True)

@@ -220,9 +220,18 @@ class Index:
 
     def extend_expiry(
         self, connection: Connection, tenant: str, memento_ids: Sequence[str], until: datetime
-    ) -> None:
+    ) -> int:
         """Make these mementos live at least until ``until`` (never shortens)."""
-        self.extend_expiries(connection, [(tenant, memento_id, until) for memento_id in memento_ids])
+        if not memento_ids:
+            return 0
+        result = connection.execute(
+            update(mementos)
+            .where(mementos.c.tenant == tenant, mementos.c.id.in_(sorted(set(memento_ids))),
+                   mementos.c.deleted_at.is_(None),
+                   (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < until))
+            .values(expires_at=until)
+        )
+        return int(result.rowcount or 0)
 
     def extend_expiries(
         self, connection: Connection, reaches: Sequence[tuple[str, str, datetime]]
