@@ -152,7 +152,7 @@ class Archive:
         )
         if facts.final_url is not None:
             parse_uri_r(facts.final_url, self.settings.internal_schemes)
-        stored = self.blobs.put(request.content, retain_until=self._initial_lock(archived_at))
+        stored = self.blobs.put(request.content, retain_until=self.initial_lock(archived_at))
         memento = Memento(
             id=memento_id(tenant, uri.key, captured_at, stored.address),
             tenant=tenant,
@@ -171,7 +171,7 @@ class Archive:
             _PendingWrite(memento, request.content, idempotency_key, request_hash)
         )
 
-    def _initial_lock(self, archived_at: datetime) -> datetime | None:
+    def initial_lock(self, archived_at: datetime) -> datetime | None:
         """With S3 Object Lock, a new blob is locked for the grace period from the start;
         retention jobs extend the lock when a longer-lived citation reaches it."""
         if getattr(self.blobs, "lock_mode", None) is None:
@@ -184,7 +184,7 @@ class Archive:
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
                 connection, [p.memento for p in batch],
-                revive=lambda address: self.blobs.put(contents[address]),
+                revive=lambda address: self.blobs.put(contents[address], retain_until=self.initial_lock(utc_now())),
             )
             for pending, outcome in zip(batch, outcomes, strict=True):
                 results.append(self._settle(connection, pending, outcome))

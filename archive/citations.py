@@ -355,7 +355,9 @@ class CitationDesk:
         contents: dict[str, bytes] = {}
         # Passage blobs are independent files/objects: store them concurrently (each put is
         # durable on its own; their fsyncs or S3 round trips overlap instead of queueing).
-        stored = list(_BLOB_WRITERS.map(lambda plan: self.archive.blobs.put(plan.passage_bytes), planned))
+        lock = self.archive.initial_lock(now)
+        stored = list(_BLOB_WRITERS.map(
+            lambda plan: self.archive.blobs.put(plan.passage_bytes, retain_until=lock), planned))
         for plan, blob in zip(planned, stored, strict=True):
             contents[blob.address] = plan.passage_bytes
             if self.policy.keep_document:
@@ -384,7 +386,8 @@ class CitationDesk:
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
                 connection, [m for job in jobs for m in job.mementos],
-                revive=lambda address: self.archive.blobs.put(contents[address]),
+                revive=lambda address: self.archive.blobs.put(
+                    contents[address], retain_until=self.archive.initial_lock(utc_now())),
             )
             if any(o.memento.deleted_at is not None for o in outcomes):
                 raise Gone("this passage was stored before and has been deleted; ids are never reused")
@@ -447,7 +450,7 @@ class CitationDesk:
 
     def _document_memento(self, tenant: str, plan: _Planned, now: datetime) -> Memento:
         evidence = plan.evidence
-        blob = self.archive.blobs.put(evidence.content)
+        blob = self.archive.blobs.put(evidence.content, retain_until=self.archive.initial_lock(now))
         return Memento(
             id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
             tenant=tenant, uri_r=evidence.uri.raw, urir_key=evidence.uri.key,

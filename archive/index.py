@@ -181,8 +181,11 @@ class Index:
             ],
             conflict=["address"],
         )
-        revived = self._revive_blobs(connection, {m.content_hash for m in batch}, revive)
-        rows = {m.id: self._memento_row(_with_version(m, revived)) for m in batch}
+        # The version each memento records is the one current under the lock, not the one
+        # the writer's put saw before it: a sweep may have deleted that version since and
+        # another writer re-stored the bytes as a new one.
+        versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
+        rows = {m.id: self._memento_row(_with_version(m, versions)) for m in batch}
         inserted = self.insert_ignoring(
             connection, mementos, list(rows.values()), conflict=["id"], returning=mementos.c.id,
         )
@@ -198,25 +201,32 @@ class Index:
             outcomes.append(WriteOutcome(memento=stored[m.id], created=created))
         return outcomes
 
-    def _revive_blobs(
+    def _current_versions(
         self, connection: Connection, addresses: set[str],
         revive: Callable[[str], StoredBlob] | None,
     ) -> dict[str, str | None]:
-        query = select(blobs.c.address, blobs.c.state).where(blobs.c.address.in_(sorted(addresses)))
+        """Each blob's current version, re-storing (under the write lock) those a retention
+        sweep has marked or finished deleting."""
+        query = (select(blobs.c.address, blobs.c.state, blobs.c.version_id)
+                 .where(blobs.c.address.in_(sorted(addresses))))
         if self.dialect == "postgresql":
             query = query.with_for_update()  # serialises with the sweep's per-blob deletion
-        dying = [row.address for row in connection.execute(query) if row.state != "live"]
-        revived: dict[str, str | None] = {}
-        for address in dying:
+        versions: dict[str, str | None] = {}
+        for address, state, version_id in connection.execute(query).all():
+            if state == "live":
+                versions[address] = version_id
+                continue
             if revive is None:
                 raise StorageError("blob is being deleted by retention; retry the write", address=address)
             stored = revive(address)
+            # A new version carries none of the old one's lock: start the lock bookkeeping over.
             connection.execute(
                 update(blobs).where(blobs.c.address == address)
-                .values(state="live", version_id=stored.version_id)
+                .values(state="live", version_id=stored.version_id,
+                        lock_until=stored.retain_until, lock_legal_hold=0)
             )
-            revived[address] = stored.version_id
-        return revived
+            versions[address] = stored.version_id
+        return versions
 
     def extend_expiry(
         self, connection: Connection, tenant: str, memento_ids: Sequence[str], until: datetime
@@ -459,10 +469,9 @@ def _sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
     return engine
 
 
-def _with_version(m: Memento, revived: dict[str, str | None]) -> Memento:
-    if m.content_hash not in revived:
-        return m
-    return replace(m, blob_version_id=revived[m.content_hash])
+def _with_version(m: Memento, versions: dict[str, str | None]) -> Memento:
+    current = versions[m.content_hash]
+    return m if current == m.blob_version_id else replace(m, blob_version_id=current)
 
 
 def _memento_row(m: Memento) -> dict[str, Any]:

@@ -276,6 +276,11 @@ def test_object_lock_follows_expiry_and_holds(seaweedfs_settings: Any, tmp_path:
         assert until is not None and until >= document.archived_at + timedelta(days=13)
         archive.transcripts.put("default", "t", "P2Y", {})
         citation = cite(archive, "t", document.id, "evidence sentence")
+        # The passage is locked from its first write, not only once a sweep gets to it.
+        passage_until, _ = archive.blobs.retention_of(
+            citation.passage.content_hash, citation.passage.blob_version_id)
+        assert passage_until is not None
+        assert passage_until >= citation.passage.archived_at + timedelta(days=13)
         archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
         archive.retention.sweep()
         until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
@@ -289,3 +294,39 @@ def test_object_lock_follows_expiry_and_holds(seaweedfs_settings: Any, tmp_path:
         assert archive.blobs.retention_of(document.content_hash, document.blob_version_id)[1] is False
     finally:
         archive.close()
+
+
+def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_version(
+    archive: Archive,
+) -> None:
+    """The interleaving behind a once-seen CI failure, made deterministic.
+
+    A writer stores its bytes (outside the index lock) and gets the existing version V0.
+    Before it commits, a sweep deletes V0 and a second writer re-stores the bytes as V1.
+    The first writer must not record V0, which no longer exists, for its acknowledged memento.
+    """
+    content = b"deduplicated bytes that a sweep deletes mid-write" + FILLER
+    capture(archive, content, uri="https://old.example/x")  # expires first
+    store = archive.blobs
+    real_put = store.put
+    interleaved = False
+
+    def put_then_interleave(data: bytes, **kwargs: Any) -> Any:
+        nonlocal interleaved
+        stored = real_put(data, **kwargs)
+        if not interleaved and data == content:
+            interleaved = True  # once: the sweep and the second writer run in between
+            assert archive.retention.sweep(now=utc_now() + timedelta(days=30)).blobs_deleted == 1
+            capture(archive, content, uri="https://second.example/x")
+        return stored
+
+    store.put = put_then_interleave  # type: ignore[method-assign]
+    try:
+        first = capture(archive, content, uri="https://first.example/x")
+    finally:
+        store.put = real_put  # type: ignore[method-assign]
+    assert interleaved
+    live = archive.get_memento("default", first.id)
+    assert live.blob_version_id == first.blob_version_id
+    assert archive.read_content(live) == content
+    assert_no_dangling_rows(archive)
