@@ -383,13 +383,17 @@ class Retention:
             with self.index.write() as connection:
                 self._delete_blobs_locked(connection, dying[start:start + step], report)
 
-    def _delete_blob(self, address: str, report: SweepReport) -> None:
+    def _delete_blob(self, address: str, report: SweepReport, erasure: str | None = None) -> None:
         with self.index.write() as connection:
-            self._delete_blobs_locked(connection, [address], report)
+            self._delete_blobs_locked(connection, [address], report, erasure)
 
-    def _delete_blobs_locked(self, connection: Any, addresses: Sequence[str], report: SweepReport) -> None:
+    def _delete_blobs_locked(
+        self, connection: Any, addresses: Sequence[str], report: SweepReport,
+        erasure: str | None = None,
+    ) -> None:
         """Delete these ``deleting`` blobs' bytes, then mark them ``deleted`` (inside the write
-        transaction, so no write can land on them meanwhile)."""
+        transaction, so no write can land on them meanwhile). With an ``erasure`` reason the
+        store erases (an admin's takedown bypasses GOVERNANCE retention; a sweep never does)."""
         query = (select(blobs.c.address, blobs.c.version_id, blobs.c.size)
                  .where(blobs.c.address.in_(self._values(addresses)), blobs.c.state == "deleting"))
         if self.index.dialect == "postgresql":
@@ -424,7 +428,10 @@ class Retention:
                 known: list[str | None] = [*sorted(v for v in versions[address] if v is not None)]
                 try:
                     for version in known or [None]:
-                        self.archive.blobs.delete(address, version)
+                        if erasure is None:
+                            self.archive.blobs.delete(address, version)
+                        else:
+                            self.archive.blobs.erase(address, version, erasure)
                 except StorageError as error:
                     if getattr(error, "code", "") == "retention_locked":
                         report.not_yet += 1
@@ -583,7 +590,7 @@ class Retention:
             self._log(connection, tenant, actor, "erasure", "memento", memento_id, reason,
                       {"content_hash": row.content_hash})
         report = SweepReport(dry_run=False)
-        self._delete_blob(row.content_hash, report)
+        self._delete_blob(row.content_hash, report, erasure=reason)
 
     def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
         with self.index.read() as connection:

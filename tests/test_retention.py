@@ -296,6 +296,27 @@ def test_object_lock_follows_expiry_and_holds(seaweedfs_settings: Any, tmp_path:
         archive.close()
 
 
+@pytest.mark.seaweedfs
+def test_erasure_deletes_governance_locked_bytes_at_once(seaweedfs_settings: Any, tmp_path: Any) -> None:
+    """A court order cannot wait for the lock date: erasure bypasses GOVERNANCE retention
+    (a sweep never does), and the bytes are gone the moment the admin action returns."""
+    locked = seaweedfs_settings.with_overrides(
+        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE")
+    archive = Archive.open(locked)
+    try:
+        target = capture(archive, b"Takedown target sentence." + FILLER)
+        assert archive.blobs.retention_of(target.content_hash, target.blob_version_id)[0] is not None
+        archive.retention.erase("default", target.id, "court order 7/2026", "admin-key")
+        assert not blob_present(archive, target.content_hash, target.blob_version_id)
+        with archive.index.read() as connection:
+            state = connection.execute(
+                select(blobs.c.state).where(blobs.c.address == target.content_hash)).scalar_one()
+        assert state == "deleted"
+    finally:
+        archive.close()
+
+
 def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_version(
     archive: Archive,
 ) -> None:
