@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from api import admin, drift, errors, mementos, retention, timetravel, transcripts
 from api.middleware import BodySizeLimit
@@ -21,6 +22,17 @@ Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos 
 the Memento protocol (RFC 7089). URI-Rs travel raw at the end of TimeGate and TimeMap paths,
 query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<URI-R>`).
 """
+
+
+class AmberApp(FastAPI):
+    """FastAPI, with the URI-M route served before the framework's stack (see
+    :func:`api.mementos.serve_memento_content`; the FastAPI route documents it)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if mementos.is_memento_content(scope):
+            await mementos.serve_memento_content(self.state, scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -44,7 +56,7 @@ def create_app(
             if owned:
                 app.state.archive.close()
 
-    app = FastAPI(
+    app = AmberApp(
         title="Amber",
         version=__version__,
         description=DESCRIPTION,

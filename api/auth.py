@@ -13,6 +13,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
+from starlette.datastructures import State
 
 from api.deps import run_blocking
 from archive.archive import Archive
@@ -23,6 +25,7 @@ from archive.ratelimit import RateLimiter
 
 ALL_ROLES = frozenset(Role)
 READERS = (Role.AGENT, Role.AUDITOR, Role.ADMIN)
+_AUDITED = frozenset({Role.AUDITOR, Role.ADMIN})
 NO_AUTH_PRINCIPAL = Principal(key_id="no-auth", tenant=DEFAULT_TENANT, roles=ALL_ROLES)
 
 
@@ -38,26 +41,44 @@ def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
-        if not request.app.state.auth_enabled:
-            return NO_AUTH_PRINCIPAL
-        archive: Archive = request.app.state.archive
         presented = credentials.credentials if credentials is not None else None
-        principal = await run_blocking(archive.lookups_are_quick, archive.keys.authenticate, presented)
-        limiter: RateLimiter = request.app.state.rate_limiter
-        limiter.take(principal.key_id)
-        if not principal.roles & allowed:
-            raise Forbidden(
-                f"role {principal.role!r} may not do this; needs one of "
-                + ", ".join(sorted(r.value for r in allowed))
-            )
-        return principal
+        return await authorize(request.app.state, presented, allowed)
 
     dependency.__name__ = "require_" + "_or_".join(sorted(r.value for r in allowed))
     return dependency
 
 
+async def authorize(state: State, presented: str | None, allowed: frozenset[Role]) -> Principal:
+    """The principal behind the presented key, having spent a rate-limit token and held one
+    of the ``allowed`` roles (raises Unauthenticated, RateLimited or Forbidden)."""
+    if not state.auth_enabled:
+        return NO_AUTH_PRINCIPAL
+    archive: Archive = state.archive
+    principal = await run_blocking(archive.lookups_are_quick, archive.keys.authenticate, presented)
+    limiter: RateLimiter = state.rate_limiter
+    limiter.take(principal.key_id)
+    if not principal.roles & allowed:
+        raise Forbidden(
+            f"role {principal.role!r} may not do this; needs one of "
+            + ", ".join(sorted(r.value for r in allowed))
+        )
+    return principal
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The key in an ``Authorization`` header value, read exactly as ``bearer_scheme`` reads
+    it (for routes served without FastAPI's dependencies)."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return credentials
+
+
 def audit_read(request: Request, principal: Principal, action: str, target: str) -> None:
+    record_read(request.app.state.archive, principal, action, target)
+
+
+def record_read(archive: Archive, principal: Principal, action: str, target: str) -> None:
     """Record a resolution by an auditor or admin (agents' hot-path reads are not audited)."""
-    if principal.roles & {Role.AUDITOR, Role.ADMIN} and principal is not NO_AUTH_PRINCIPAL:
-        archive: Archive = request.app.state.archive
+    if principal.roles & _AUDITED and principal is not NO_AUTH_PRINCIPAL:
         archive.read_audit.record(principal.tenant, principal.key_id, principal.role, action, target)

@@ -55,10 +55,14 @@ def status_for(error: exc.AmberError) -> int:
 
 async def _amber_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, exc.AmberError)
+    return amber_error_response(error, request.method, request.url.path)
+
+
+def amber_error_response(error: exc.AmberError, method: str, path: str) -> JSONResponse:
     status = status_for(error)
     if status >= 500:
         # Codes and addresses only: detail never holds captured text.
-        log.error("%s on %s %s: %s", error.code, request.method, request.url.path, error.message)
+        log.error("%s on %s %s: %s", error.code, method, path, error.message)
     headers = _headers_for(error)
     detail = {k: v for k, v in error.detail.items() if isinstance(v, str | int | float | bool)}
     body = error_body(error.code, error.message, detail)
@@ -114,7 +118,12 @@ def _allowed_methods(request: Request) -> str:
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return unexpected_error_response(request.method, request.url.path)
+
+
+def unexpected_error_response(method: str, path: str) -> JSONResponse:
+    """A bug: logged with its traceback (call from an ``except`` block), answered 500."""
+    log.exception("unexpected error on %s %s", method, path)
     return JSONResponse(error_body("internal_error", "internal error"), 500)
 
 

@@ -6,14 +6,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
+from starlette import types as asgi
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 
-from api.auth import READERS, audit_read, require
+from api.auth import READERS, audit_read, authorize, bearer_token, record_read, require
 from api.deps import get_and_head, get_archive, get_urls, idempotency_key, run_blocking
+from api.errors import amber_error_response, unexpected_error_response
 from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
+from archive.exceptions import AmberError
 from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import link, link_header
@@ -22,6 +26,7 @@ from archive.mementos import CaptureFacts, Memento, Scope
 router = APIRouter()
 writers = require(Role.AGENT)
 readers = require(*READERS)
+READER_ROLES = frozenset(READERS)
 
 # Evidence is tenant-private and can expire (retention), so shared caches must not keep it
 # and browsers only briefly.
@@ -124,16 +129,17 @@ def memento_metadata(
 
 
 def memento_headers(memento: Memento, urls: Urls) -> dict[str, str]:
+    when = to_rfc1123(memento.captured_at)
     links = [
         link(memento.uri_r, "original"),
         link(urls.timegate(memento.uri_r), "timegate"),
         link(urls.timemap_link(memento.uri_r), "timemap", type="application/link-format"),
         link(urls.timemap_json(memento.uri_r), "timemap", type="application/json"),
-        link(urls.memento(memento.id), "memento", datetime=to_rfc1123(memento.captured_at)),
+        link(urls.memento(memento.id), "memento", datetime=when),
     ]
     return {
         "Content-Type": memento.media_type,
-        "Memento-Datetime": to_rfc1123(memento.captured_at),
+        "Memento-Datetime": when,
         "Link": link_header(links),
         "ETag": etag_for(memento.content_hash),
         "Cache-Control": CACHE_CONTROL,
@@ -162,24 +168,75 @@ async def memento_content(
     request: Request,
     principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    # The hottest route: archive and urls straight from app state, not as dependencies
-    # (each dependency FastAPI resolves costs about as much as the lookup itself).
-    archive: Archive = request.app.state.archive
-    urls: Urls = request.app.state.urls
+    # Documents the route; requests normally reach serve_memento_content first (app.py).
+    status, headers, body = await resolve_memento(
+        request.app.state.archive, request.app.state.urls, principal, memento_id,
+        request.method, request.headers.get("if-none-match"),
+    )
+    return Response(content=body, status_code=status, headers=headers)
+
+
+async def resolve_memento(
+    archive: Archive, urls: Urls, principal: Principal, memento_id: str, method: str,
+    if_none_match: str | None,
+) -> tuple[int, dict[str, str], bytes]:
+    """``(status, headers, body)`` of a URI-M request by an authorised principal."""
     memento = await run_blocking(
         archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id
     )
-    audit_read(request, principal, "memento.content", memento.id)
+    record_read(archive, principal, "memento.content", memento.id)
     headers = memento_headers(memento, urls)
-    if _matches(request.headers.get("if-none-match"), headers["ETag"]):
+    if _matches(if_none_match, headers["ETag"]):
         headers.pop("Content-Type")
-        return Response(status_code=304, headers=headers)
+        return 304, headers, b""
     # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
     data = await run_blocking(archive.content_read_is_quick(memento), archive.read_content, memento)
-    if request.method == "HEAD":
-        headers["Content-Length"] = str(len(data))
-        return Response(status_code=200, headers=headers)
-    return Response(content=data, headers=headers)
+    headers["Content-Length"] = str(len(data))
+    return 200, headers, b"" if method == "HEAD" else data
+
+
+def is_memento_content(scope: asgi.Scope) -> bool:
+    """Whether an ASGI request is a GET or HEAD of a URI-M (``/memento/<id>``)."""
+    if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or scope.get("root_path"):
+        return False
+    path: str = scope["path"]
+    return path.startswith(MEMENTO_PREFIX) and "/" not in path[len(MEMENTO_PREFIX):] \
+        and len(path) > len(MEMENTO_PREFIX)
+
+
+async def serve_memento_content(
+    state: State, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
+) -> None:
+    """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
+    without its routing, dependency solving and middleware layers.
+
+    Why: it is the hottest route (auditors and agents resolving citations), and measured in
+    process those layers cost several times the work itself: the lookup, the read with its
+    re-hash and the headers (benchmarks/README.md).
+    """
+    method: str = scope["method"]
+    path: str = scope["path"]
+    authorization = if_none_match = None
+    for name, value in scope["headers"]:
+        if name == b"authorization" and authorization is None:
+            authorization = value.decode("latin-1")
+        elif name == b"if-none-match" and if_none_match is None:
+            if_none_match = value.decode("latin-1")
+    try:
+        principal = await authorize(state, bearer_token(authorization), READER_ROLES)
+        status, headers, body = await resolve_memento(
+            state.archive, state.urls, principal, path[len(MEMENTO_PREFIX):], method, if_none_match
+        )
+    except AmberError as error:
+        await amber_error_response(error, method, path)(scope, receive, send)
+        return
+    except Exception:
+        await unexpected_error_response(method, path)(scope, receive, send)
+        return
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                            for name, value in headers.items()]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:

@@ -17,6 +17,8 @@ from archive.uri import to_ascii_uri
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
 _NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
+# Attribute names already checked to be tokens (a handful, on every response's headers).
+_CHECKED_NAMES: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,14 @@ class Link:
     attributes: tuple[tuple[str, str], ...] = field(default=())
 
     def render(self) -> str:
-        parts = [f"<{to_ascii_uri(self.uri)}>", f"rel={_quote(self.rel)}"]
+        rendered = f"<{to_ascii_uri(self.uri)}>; rel={_quote(self.rel)}"
         for name, value in self.attributes:
-            if not _TOKEN.fullmatch(name):
-                raise ValueError(f"link attribute name {name!r} is not a token")
-            parts.append(f"{name}={_quote(value)}")
-        return "; ".join(parts)
+            if name not in _CHECKED_NAMES:
+                if not _TOKEN.fullmatch(name):
+                    raise ValueError(f"link attribute name {name!r} is not a token")
+                _CHECKED_NAMES.add(name)
+            rendered += f"; {name}={_quote(value)}"
+        return rendered
 
 
 def link(uri: str, rel: str, **attributes: str | None) -> Link:
@@ -49,6 +53,8 @@ def link_format(links: list[Link]) -> str:
 
 
 def _quote(value: str) -> str:
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'  # the common case: nothing to replace or escape
     # Only printable ASCII belongs in a header value; replace rather than fail the response.
     cleaned = _NOT_PRINTABLE_ASCII.sub(" ", value)
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -173,6 +173,50 @@ def test_metadata_route_and_unknown_ids(client: Any) -> None:
     assert client.get("/memento/not-an-id").json()["error"]["code"] == "invalid_address"
 
 
+def framework_only(app: Any) -> Any:
+    """The same app with the URI-M fast path bypassed, so FastAPI's own route answers."""
+    from fastapi import FastAPI
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        await FastAPI.__call__(app, scope, receive, send)
+
+    return asgi
+
+
+@pytest.mark.parametrize("method,path,headers", [
+    ("GET", None, {}),
+    ("HEAD", None, {}),
+    ("GET", None, {"If-None-Match": "*"}),
+    ("GET", "/memento/" + "0" * 32, {}),
+    ("HEAD", "/memento/not-an-id", {}),
+    ("GET", "/memento/..%5C..%5Cetc", {}),
+])
+def test_uri_m_fast_path_answers_exactly_as_the_documented_route(
+    client: Any, method: str, path: str | None, headers: dict[str, str]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    target = path or post(client).json()["uri_m"]
+    fast = client.request(method, target, headers=headers)
+    with TestClient(framework_only(client.app)) as documented:
+        slow = documented.request(method, target, headers=headers)
+    assert fast.status_code == slow.status_code
+    assert fast.content == slow.content
+    assert sorted(fast.headers.multi_items()) == sorted(slow.headers.multi_items())
+
+
+def test_uri_m_fast_path_turns_a_bug_into_a_json_500(client: Any, archive: Archive, monkeypatch: Any) -> None:
+    created = post(client).json()
+
+    def broken(memento: Any) -> bytes:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(archive, "read_content", broken)
+    response = client.get(created["uri_m"])
+    assert response.status_code == 500
+    assert response.json() == {"error": {"code": "internal_error", "message": "internal error", "detail": {}}}
+
+
 # -- TimeGate --------------------------------------------------------------------------------
 
 DATES = ["2024-01-01T00:00:00Z", "2024-03-01T00:00:00Z", "2024-05-01T00:00:00Z"]
