@@ -14,9 +14,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
-from api.deps import run_blocking
 from archive.archive import Archive
 from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
@@ -54,7 +54,10 @@ async def authorize(state: State, presented: str | None, allowed: frozenset[Role
     if not state.auth_enabled:
         return NO_AUTH_PRINCIPAL
     archive: Archive = state.archive
-    principal = await run_blocking(archive.lookups_are_quick, archive.keys.authenticate, presented)
+    if archive.lookups_are_quick:  # on every request: no coroutine around a quick lookup
+        principal = archive.keys.authenticate(presented)
+    else:
+        principal = await run_in_threadpool(archive.keys.authenticate, presented)
     limiter: RateLimiter = state.rate_limiter
     limiter.take(principal.key_id)
     if not principal.roles & allowed:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 from urllib.parse import quote
 
 from archive.uri import to_ascii_uri
@@ -21,11 +21,11 @@ _NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
 _CHECKED_NAMES: set[str] = set()
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
+    # A named tuple, not a dataclass: several are built for every response's headers.
     uri: str
     rel: str
-    attributes: tuple[tuple[str, str], ...] = field(default=())
+    attributes: tuple[tuple[str, str], ...] = ()
 
     def render(self) -> str:
         rendered = f"<{to_ascii_uri(self.uri)}>; rel={_quote(self.rel)}"
@@ -39,7 +39,9 @@ class Link:
 
 
 def link(uri: str, rel: str, **attributes: str | None) -> Link:
-    return Link(uri, rel, tuple((k, v) for k, v in attributes.items() if v is not None))
+    if not attributes:
+        return Link(uri, rel)
+    return Link(uri, rel, tuple([(k, v) for k, v in attributes.items() if v is not None]))
 
 
 def link_header(links: list[Link]) -> str:
