@@ -157,6 +157,19 @@ def test_concurrent_puts_of_the_same_bytes(blob_store: Any) -> None:
 # -- local directory specifics ----------------------------------------------------------
 
 
+def test_put_many_stores_each_in_order(blob_store: Any) -> None:
+    before = blob_store.put(b"stored earlier")
+    batch = [b"first of the batch", b"stored earlier", b"second of the batch", b"first of the batch"]
+    stored = blob_store.put_many(batch)
+    assert [s.address for s in stored] == [content_address(data) for data in batch]
+    assert [s.size for s in stored] == [len(data) for data in batch]
+    assert [s.created for s in stored] == [True, False, True, False]
+    assert stored[1].address == before.address
+    for data, blob in zip(batch, stored, strict=True):
+        assert blob_store.get(blob.address, blob.version_id) == data
+    assert blob_store.put_many([]) == []
+
+
 def _all_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()]
 
@@ -168,6 +181,75 @@ def test_local_leaves_no_temp_files(tmp_path: Path) -> None:
     store.put(b"blob 0")
     assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
     assert len(_all_files(tmp_path)) == 5
+
+
+def test_local_put_many_syncs_twice_per_batch(tmp_path: Path, monkeypatch: Any) -> None:
+    """Bytes made durable before any name appears, then the names: two syncs in all."""
+    from archive.blobstore import local
+
+    events: list[str] = []
+    real_replace = os.replace
+
+    def syncfs(fd: int) -> int:
+        events.append("sync")
+        return 0
+
+    def replace(source: Any, target: Any) -> None:
+        events.append("rename")
+        real_replace(source, target)
+
+    monkeypatch.setattr(local, "_SYNCFS", syncfs)
+    monkeypatch.setattr(local.os, "replace", replace)
+    store = LocalBlobStore(tmp_path)
+    store.put_many([f"passage {i}".encode() for i in range(10)])
+    assert events == ["sync"] + ["rename"] * 10 + ["sync"]
+
+
+def test_local_put_many_without_syncfs_fsyncs_each_file_and_directory(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from archive.blobstore import local
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(local, "_SYNCFS", None)
+    monkeypatch.setattr(local.os, "fsync", fsync)
+    store = LocalBlobStore(tmp_path)
+    stored = store.put_many([b"one passage", b"another passage"])
+    for blob in stored:
+        path = store.path_for(blob.address)
+        # the temp file's bytes (its name then), and the directory after the rename
+        assert any(Path(name).parent == path.parent and ".tmp-" in name for name in synced)
+        assert str(path.parent) in synced
+
+
+def test_local_put_many_failure_leaves_nothing_half_done(tmp_path: Path, monkeypatch: Any) -> None:
+    from archive.blobstore import local
+    from archive.exceptions import StorageError
+
+    calls = 0
+    real_replace = os.replace
+
+    def failing_replace(source: Any, target: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(28, "No space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr(local.os, "replace", failing_replace)
+    store = LocalBlobStore(tmp_path)
+    with pytest.raises(StorageError):
+        store.put_many([b"lands", b"fails", b"never tried"])
+    assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
+    assert store.get(content_address(b"lands")) == b"lands"  # complete and valid, or absent
+    assert not store.exists(content_address(b"fails"))
+    assert not store.exists(content_address(b"never tried"))
 
 
 def test_local_leftover_temp_file_is_ignored(tmp_path: Path) -> None:

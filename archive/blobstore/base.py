@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -25,7 +25,8 @@ class StoredBlob:
 class BlobStore(Protocol):
     """Immutable, content-addressed bytes.
 
-    - ``put`` is idempotent and returns only once the bytes are durable. ``retain_until``
+    - ``put`` is idempotent and returns only once the bytes are durable; ``put_many`` is
+      the same for several blobs at once, which a store may make durable together. ``retain_until``
       asks a store with a storage-level lock (:class:`RetentionLock`) to lock the bytes
       until then at write time; stores without one ignore it.
     - ``get`` re-hashes and raises :class:`~archive.exceptions.IntegrityError` on mismatch,
@@ -41,6 +42,12 @@ class BlobStore(Protocol):
     reads_in_process: bool
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob: ...
+
+    def put_many(
+        self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
+    ) -> list[StoredBlob]:
+        """``put`` of each, in order, durable when it returns (a store may share the work)."""
+        ...
 
     def get(self, address: str, version_id: str | None = None) -> bytes: ...
 

@@ -36,7 +36,8 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -76,6 +77,7 @@ DEFAULT_BACKOFF_MAX = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_MAX_POOL_CONNECTIONS = 32  # the API serves requests from a thread pool
+PARALLEL_PUTS = 8  # concurrent uploads of one put_many
 
 _BLOBS = "blobs"
 _RELATIVE_KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})")
@@ -138,6 +140,8 @@ class S3BlobStore:
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._owns_client = owns_client
+        # Several blobs of one request go up concurrently (each put is its own round trip).
+        self._uploads = ThreadPoolExecutor(max_workers=PARALLEL_PUTS, thread_name_prefix="amber-s3-put")
         # Extra PutObject parameters for server-side encryption (SSE-S3 or SSE-KMS).
         self.encryption = dict(encryption or {})
         self._blobs_prefix = f"{self.prefix}/{_BLOBS}/" if self.prefix else f"{_BLOBS}/"
@@ -184,6 +188,15 @@ class S3BlobStore:
             "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
         )
 
+    def put_many(
+        self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
+    ) -> list[StoredBlob]:
+        """``put`` of each blob, concurrently; in order. The first failure is raised once
+        every upload has finished (blobs already stored stay: they are addressed, not owned)."""
+        if len(blobs) == 1:
+            return [self.put(blobs[0], retain_until=retain_until)]
+        return list(self._uploads.map(functools.partial(self.put, retain_until=retain_until), blobs))
+
     def get(self, address: str, version_id: str | None = None) -> bytes:
         key = self.key_for(address)
         data = self._retry("GET", address, lambda: self._get_once(key, address, version_id))
@@ -227,6 +240,7 @@ class S3BlobStore:
                 return
 
     def close(self) -> None:
+        self._uploads.shutdown(wait=True)
         if self._owns_client:
             self.client.close()
 
