@@ -84,14 +84,16 @@ def _memento_request(body: MementoIn) -> MementoRequest:
 async def create_memento(
     body: MementoIn,
     request: Request,
-    archive: Annotated[Archive, Depends(get_archive)],
-    urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(writers)],
     idempotency_key: Annotated[str | None, Depends(idempotency_key)],
 ) -> JSONResponse:
     """Store a captured document (or passage). 201 when new, 200 with the same body when
     this exact capture was already stored. With ``Idempotency-Key``, a retried request
     returns the first answer instead of writing again."""
+    # A hot route: archive and urls straight from app state (each dependency FastAPI
+    # solves costs about as much as the lookup itself).
+    archive: Archive = request.app.state.archive
+    urls: Urls = request.app.state.urls
     memento_request = _memento_request(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
     result = await run_in_threadpool(

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
+from archive.blobstore.base import StagedBlob
 from archive.citations import CitationDesk
 from archive.committer import GroupCommitter
 from archive.config import Settings
@@ -87,6 +88,7 @@ class TimeMapPage:
 class _PendingWrite:
     memento: Memento
     content: bytes  # kept until commit: a blob a sweep started deleting is stored again
+    staged: StagedBlob  # published (made durable) by the group commit, before the rows
     idempotency_key: str | None
     request_hash: str | None
 
@@ -152,7 +154,9 @@ class Archive:
         )
         if facts.final_url is not None:
             parse_uri_r(facts.final_url, self.settings.internal_schemes)
-        stored = self.blobs.put(request.content, retain_until=self.initial_lock(archived_at))
+        # Written now, made durable by the group commit together with concurrent writes.
+        staged = self.blobs.stage(request.content, retain_until=self.initial_lock(archived_at))
+        stored = staged.blob
         memento = Memento(
             id=memento_id(tenant, uri.key, captured_at, stored.address),
             tenant=tenant,
@@ -168,7 +172,7 @@ class Archive:
             facts=facts,
         )
         return self._committer.submit(
-            _PendingWrite(memento, request.content, idempotency_key, request_hash)
+            _PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
         )
 
     def initial_lock(self, archived_at: datetime) -> datetime | None:
@@ -181,6 +185,8 @@ class Archive:
     def _commit_batch(self, batch: Sequence[_PendingWrite]) -> list[WriteResult | BaseException]:
         results: list[WriteResult | BaseException] = []
         contents = {p.memento.content_hash: p.content for p in batch}
+        # Bytes durable before any row that points at them (one sync for the whole batch).
+        self.blobs.publish([p.staged for p in batch])
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
                 connection, [p.memento for p in batch],

@@ -28,7 +28,7 @@ from typing import Any
 import blake3
 from sqlalchemy import select
 
-from archive.blobstore.base import StoredBlob
+from archive.blobstore.base import StagedBlob, StoredBlob
 from archive.committer import GroupCommitter
 from archive.config import CitationPolicy
 from archive.dates import utc_now
@@ -179,13 +179,14 @@ class _Planned:
 
 @dataclass(frozen=True)
 class _StoreJob:
-    """One request's citations, blobs already durable, waiting for the group commit."""
+    """One request's citations, passages written, waiting for the group commit."""
 
     tenant: str
     transcript: Transcript
     mementos: list[Memento]  # documents kept (keep_document), then passages
     rows: list[dict[str, Any]]  # citation rows, in request order
     contents: dict[str, bytes]  # bytes by address, to re-store a blob a sweep is deleting
+    staged: list[StagedBlob]  # passages written, made durable by the group commit
     errors: list[CitationError]
     idempotency_key: str | None
     request_hash: str | None
@@ -353,10 +354,11 @@ class CitationDesk:
         contents: dict[str, bytes] = {}
         # Passage blobs are independent files/objects: store them concurrently (each put is
         # durable on its own; their fsyncs or S3 round trips overlap instead of queueing).
-        # Every passage at once: the store makes them durable together (local: two syncs for
-        # the batch; S3: concurrent uploads).
-        stored = self.archive.blobs.put_many([plan.passage_bytes for plan in planned],
-                                             retain_until=self.archive.initial_lock(now))
+        # Written now; the group commit makes them durable together with concurrent requests'
+        # passages (local store: two filesystem syncs per batch), before any row points at them.
+        lock = self.archive.initial_lock(now)
+        staged = [self.archive.blobs.stage(plan.passage_bytes, retain_until=lock) for plan in planned]
+        stored = [one.blob for one in staged]
         for plan, blob in zip(planned, stored, strict=True):
             contents[blob.address] = plan.passage_bytes
             if self.policy.keep_document:
@@ -371,7 +373,7 @@ class CitationDesk:
             rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
         # The blobs are durable; the rows commit together with concurrent requests' rows.
         return self._committer.submit(_StoreJob(
-            tenant, transcript, [*documents, *passages], rows, contents, errors,
+            tenant, transcript, [*documents, *passages], rows, contents, staged, errors,
             idempotency_key, request_hash, now,
         ))
 
@@ -382,6 +384,7 @@ class CitationDesk:
         retries each job alone, so a bad job fails by itself and its neighbours commit.
         """
         contents = {address: data for job in jobs for address, data in job.contents.items()}
+        self.archive.blobs.publish([one for job in jobs for one in job.staged])
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
                 connection, [m for job in jobs for m in job.mementos],

@@ -329,23 +329,23 @@ def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_versi
     content = b"deduplicated bytes that a sweep deletes mid-write" + FILLER
     capture(archive, content, uri="https://old.example/x")  # expires first
     store = archive.blobs
-    real_put = store.put
+    real_stage = store.stage
     interleaved = False
 
-    def put_then_interleave(data: bytes, **kwargs: Any) -> Any:
+    def stage_then_interleave(data: bytes, **kwargs: Any) -> Any:
         nonlocal interleaved
-        stored = real_put(data, **kwargs)
+        staged = real_stage(data, **kwargs)
         if not interleaved and data == content:
             interleaved = True  # once: the sweep and the second writer run in between
             assert archive.retention.sweep(now=utc_now() + timedelta(days=30)).blobs_deleted == 1
             capture(archive, content, uri="https://second.example/x")
-        return stored
+        return staged
 
-    store.put = put_then_interleave  # type: ignore[method-assign]
+    store.stage = stage_then_interleave  # type: ignore[method-assign]
     try:
         first = capture(archive, content, uri="https://first.example/x")
     finally:
-        store.put = real_put  # type: ignore[method-assign]
+        store.stage = real_stage  # type: ignore[method-assign]
     assert interleaved
     live = archive.get_memento("default", first.id)
     assert live.blob_version_id == first.blob_version_id

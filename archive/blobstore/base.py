@@ -21,12 +21,21 @@ class StoredBlob:
     retain_until: datetime | None = None
 
 
+@dataclass(frozen=True)
+class StagedBlob:
+    """A blob written but perhaps not yet durable (see :meth:`BlobStore.stage`)."""
+
+    blob: StoredBlob
+    pending: object = None  # the store's own bookkeeping; None when already durable
+
+
 @runtime_checkable
 class BlobStore(Protocol):
     """Immutable, content-addressed bytes.
 
     - ``put`` is idempotent and returns only once the bytes are durable; ``put_many`` is
-      the same for several blobs at once, which a store may make durable together. ``retain_until``
+      the same for several blobs at once, which a store may make durable together, and
+      ``stage`` + ``publish`` split a put so a group commit can publish a whole batch. ``retain_until``
       asks a store with a storage-level lock (:class:`RetentionLock`) to lock the bytes
       until then at write time; stores without one ignore it.
     - ``get`` re-hashes and raises :class:`~archive.exceptions.IntegrityError` on mismatch,
@@ -47,6 +56,18 @@ class BlobStore(Protocol):
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
     ) -> list[StoredBlob]:
         """``put`` of each, in order, durable when it returns (a store may share the work)."""
+        ...
+
+    def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """Write ``data``, maybe not durably yet: it is stored once :meth:`publish` returns.
+
+        A store that shares durability (local: one filesystem sync for many files) lets a
+        group commit make a whole batch of writes durable at once; others store here.
+        """
+        ...
+
+    def publish(self, staged: Sequence[StagedBlob]) -> None:
+        """Make staged blobs durable and visible under their addresses (raises StorageError)."""
         ...
 
     def get(self, address: str, version_id: str | None = None) -> bytes: ...

@@ -21,11 +21,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import cast
 
-from archive.blobstore.base import StoredBlob, ceil_to_second
+from archive.blobstore.base import StagedBlob, StoredBlob, ceil_to_second
 from archive.exceptions import BlobNotFound, StorageError
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
@@ -68,41 +69,77 @@ class LocalBlobStore:
     def put_many(
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
     ) -> list[StoredBlob]:
-        """Store several blobs, durable together: every new file is written, then one
-        filesystem sync covers all their bytes, then they are renamed into place, then one
-        more sync covers all the names. Two syncs per batch instead of two fsyncs per blob;
-        no blob is ever visible under its address before its bytes are durable.
-        """
-        if retain_until is not None:
-            ceil_to_second(retain_until)
-        results: list[StoredBlob] = []
-        staged: dict[Path, str] = {}  # final path -> temp file holding its bytes
-        touched: set[Path] = set()  # directories whose entries must be durable
+        """Store several blobs, durable together (see :meth:`publish`)."""
+        staged: list[StagedBlob] = []
+        seen: set[str] = set()
         try:
             for data in blobs:
-                address = content_address(data)
-                path = self.path_for(address)
-                if path in staged or path.exists():
-                    # Already there, perhaps renamed in by a concurrent put not yet synced.
-                    touched.add(path.parent)
-                    results.append(StoredBlob(address=address, size=len(data), created=False))
-                    continue
-                touched.update(created.parent for created in _make_dirs(path.parent, stop_at=self.root))
-                touched.add(path.parent)
-                staged[path] = _write_temp(path.parent, data)
-                results.append(StoredBlob(address=address, size=len(data), created=True))
-            if self.durable and staged:
-                _sync_files(self._root, staged.values())
-            for path, temp_name in list(staged.items()):
-                os.replace(temp_name, path)
-                del staged[path]
-            if self.durable and touched:
-                _sync_directories(self._root, touched)
+                one = self.stage(data, retain_until=retain_until)
+                if one.blob.address in seen:  # the same bytes twice in one batch
+                    one = self._already_there(one)
+                seen.add(one.blob.address)
+                staged.append(one)
+        except BaseException:
+            self._discard(staged)
+            raise
+        self.publish(staged)
+        return [one.blob for one in staged]
+
+    def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """Write ``data`` to a temp file beside its final path, not yet synced or named."""
+        if retain_until is not None:
+            ceil_to_second(retain_until)  # same validation as a locking store
+        address = content_address(data)
+        path = self.path_for(address)
+        if path.exists():
+            # Perhaps renamed in by a concurrent put whose directory sync is still to come.
+            return StagedBlob(StoredBlob(address=address, size=len(data), created=False),
+                              _Staged(path, None, (path.parent,)))
+        try:
+            created: list[Path] = []
+            try:
+                temp_name = _write_temp(path.parent, data)
+            except FileNotFoundError:  # a new shard directory (early in a store's life)
+                created = _make_dirs(path.parent, stop_at=self.root)
+                temp_name = _write_temp(path.parent, data)
         except OSError as exc:
-            for temp_name in staged.values():
-                _remove_quietly(temp_name)
+            raise StorageError("could not write blob to the local store", address=address) from exc
+        return StagedBlob(StoredBlob(address=address, size=len(data), created=True),
+                          _Staged(path, temp_name, (path.parent, *(d.parent for d in created))))
+
+    def publish(self, staged: Sequence[StagedBlob]) -> None:
+        """Make staged blobs durable, together: one filesystem sync for all their bytes, then
+        the renames into place, then one sync for all the names. Two syncs per batch instead
+        of two fsyncs per blob, and no blob is ever visible before its bytes are durable.
+        """
+        pending = [one.pending for one in staged if isinstance(one.pending, _Staged)]
+        try:
+            new = [p.temp_name for p in pending if p.temp_name is not None]
+            if self.durable and new:
+                _sync_files(self._root, new)
+            for item in pending:
+                if item.temp_name is not None:
+                    os.replace(item.temp_name, item.path)
+                    item.temp_name = None
+            if self.durable and pending:
+                _sync_directories(self._root, {d for p in pending for d in p.directories})
+        except OSError as exc:
+            self._discard(staged)
             raise StorageError("could not write blobs to the local store") from exc
-        return results
+
+    def _already_there(self, staged: StagedBlob) -> StagedBlob:
+        self._discard([staged])
+        item = staged.pending
+        assert isinstance(item, _Staged)
+        return StagedBlob(replace(staged.blob, created=False), _Staged(item.path, None, item.directories))
+
+    @staticmethod
+    def _discard(staged: Sequence[StagedBlob]) -> None:
+        for one in staged:
+            item = one.pending
+            if isinstance(item, _Staged) and item.temp_name is not None:
+                _remove_quietly(item.temp_name)
+                item.temp_name = None
 
     def get(self, address: str, version_id: str | None = None) -> bytes:
         digest = parse_address(address)
@@ -236,6 +273,13 @@ def _make_dirs(directory: Path, *, stop_at: Path) -> list[Path]:
     for path in reversed(missing):
         path.mkdir(exist_ok=True)
     return missing
+
+
+@dataclass
+class _Staged:
+    path: Path  # where the blob goes
+    temp_name: str | None  # the temp file holding its bytes until renamed; None once named
+    directories: tuple[Path, ...]  # whose entries must be durable (parent, created dirs' parents)
 
 
 def _write_temp(directory: Path, data: bytes) -> str:

@@ -56,7 +56,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from archive.blobstore.base import StoredBlob, ceil_to_second
+from archive.blobstore.base import StagedBlob, StoredBlob, ceil_to_second
 from archive.config import OBJECT_LOCK_MODES, Settings
 from archive.exceptions import (
     AmberError,
@@ -196,6 +196,13 @@ class S3BlobStore:
         if len(blobs) == 1:
             return [self.put(blobs[0], retain_until=retain_until)]
         return list(self._uploads.map(functools.partial(self.put, retain_until=retain_until), blobs))
+
+    def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """A put: each object is durable on its own once S3 answers."""
+        return StagedBlob(self.put(data, retain_until=retain_until))
+
+    def publish(self, staged: Sequence[StagedBlob]) -> None:
+        return None  # staged blobs were stored by stage()
 
     def get(self, address: str, version_id: str | None = None) -> bytes:
         key = self.key_for(address)
