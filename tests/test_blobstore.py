@@ -163,7 +163,10 @@ def test_put_many_stores_each_in_order(blob_store: Any) -> None:
     stored = blob_store.put_many(batch)
     assert [s.address for s in stored] == [content_address(data) for data in batch]
     assert [s.size for s in stored] == [len(data) for data in batch]
-    assert [s.created for s in stored] == [True, False, True, False]
+    # Identical new bytes twice in one batch: exactly one of them is the one that stored them
+    # (which one is a race on a store that uploads concurrently).
+    assert [stored[0].created, stored[3].created].count(True) == 1
+    assert (stored[1].created, stored[2].created) == (False, True)
     assert stored[1].address == before.address
     for data, blob in zip(batch, stored, strict=True):
         assert blob_store.get(blob.address, blob.version_id) == data
