@@ -36,12 +36,61 @@ REPO = Path(__file__).resolve().parents[1]
 SENTENCES = 1200
 
 
-def page() -> tuple[bytes, list[str]]:
-    sentences = [f"Clause {n}: the provider shall retain record {n * 7919 % 100003} for audit purposes."
+def page(edition: int = 0) -> tuple[bytes, list[str]]:
+    """A ~100 KiB policy page; each edition words every sentence differently."""
+    sentences = [f"Clause {n}.{edition}: the provider shall retain record {n * 7919 % 100003} for audit purposes."
                  for n in range(SENTENCES)]
     body = "".join(f"<p>{s} <b>Note</b> {n}.</p>\n" for n, s in enumerate(sentences))
     html = f"<html><head><title>Policy</title></head><body><article>{body}</article></body></html>"
     return html.encode(), sentences
+
+
+class Editions:
+    """Batches of 10 quotes in which every citation of the run is a new passage.
+
+    A page has SENTENCES sentences; once they have all been cited, the next batches cite a
+    new edition of the page (every sentence worded differently), so the server stores new
+    passage bytes for each citation rather than deduplicating onto earlier ones.
+    """
+
+    def __init__(self, client: httpx.Client) -> None:
+        self._client = client
+        self._batches = itertools.count()
+        self._lock = threading.Lock()
+        self._sources: dict[int, tuple[dict[str, Any], list[str]]] = {}
+        self._documents: dict[int, str] = {}
+
+    def batch(self, evidence: str) -> dict[str, Any]:
+        """A request body of 10 citations; ``evidence``: inline, sources-ref or memento_id."""
+        with self._lock:
+            start = next(self._batches) * 10
+            edition, first = divmod(start, SENTENCES)
+            source, sentences = self._source(edition)
+            document = self._document(edition, source) if evidence == "memento_id" else None
+        picks = sentences[first:first + 10]
+        if evidence == "inline":
+            return {"citations": [{"source": source, "quote": {"exact": q}} for q in picks]}
+        if evidence == "sources-ref":
+            return {"citations": [{"source_ref": "page", "quote": {"exact": q}} for q in picks],
+                    "sources": {"page": source}}
+        return {"citations": [{"memento_id": document, "quote": {"exact": q}} for q in picks]}
+
+    def _source(self, edition: int) -> tuple[dict[str, Any], list[str]]:
+        if edition not in self._sources:
+            html, sentences = page(edition)
+            self._sources[edition] = ({
+                "uri_r": f"https://policy.example/terms/{edition}",
+                "content_base64": base64.b64encode(html).decode(),
+                "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200,
+            }, sentences)
+        return self._sources[edition]
+
+    def _document(self, edition: int, source: dict[str, Any]) -> str:
+        if edition not in self._documents:
+            made = self._client.post("/api/v1/mementos", json=source)
+            made.raise_for_status()
+            self._documents[edition] = made.json()["id"]
+        return self._documents[edition]
 
 
 def free_port() -> int:
@@ -87,51 +136,40 @@ def main() -> None:
             headers = {"Authorization": f"Bearer {key}"}
             client = httpx.Client(base_url=base, headers=headers, timeout=60)
             client.put("/api/v1/transcripts/bench", json={"retention": "P7Y"}).raise_for_status()
-            quotes = itertools.count()
-
-            def batch(evidence: dict[str, Any]) -> dict[str, Any]:
-                picks = [sentences[next(quotes) % SENTENCES] for _ in range(10)]
-                return {"citations": [{**evidence, "quote": {"exact": q}} for q in picks]}
-
+            editions = Editions(client)
             plain, cited = [], []
             for number in range(20):
                 started = time.perf_counter()
-                client.post("/api/v1/mementos", json={**{k: v for k, v in source.items()},
-                            "uri_r": f"https://policy.example/plain/{number}"}).raise_for_status()
+                client.post("/api/v1/mementos", json={**source, "uri_r": f"https://policy.example/plain/{number}"}
+                            ).raise_for_status()
                 plain.append(time.perf_counter() - started)
                 started = time.perf_counter()
                 client.post("/api/v1/transcripts/bench/citations",
-                            json={**batch({"source_ref": "page"}), "sources": {"page": source}}).raise_for_status()
+                            json=editions.batch("sources-ref")).raise_for_status()
                 cited.append(time.perf_counter() - started)
-            document = client.post("/api/v1/mementos", json=source).json()["id"]
             print(f"100 KiB page: plain memento write p50 {statistics.median(plain) * 1000:.1f} ms; "
                   f"10 citations in one batch p50 {statistics.median(cited) * 1000:.1f} ms "
                   f"(ratio {statistics.median(cited) / statistics.median(plain):.2f})")
-            variants: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-                ("inline each", {"source": source}, {}),
-                ("sources-ref", {"source_ref": "page"}, {"sources": {"page": source}}),
-                ("memento_id", {"memento_id": document}, {}),
-            ]
-            for label, evidence, extra in variants:
+            for label, evidence in [("inline each", "inline"), ("sources-ref", "sources-ref"),
+                                    ("memento_id", "memento_id")]:
                 done = [0]
                 lock = threading.Lock()
                 stop = time.monotonic() + args.seconds
 
-                def worker(evidence: dict[str, Any] = evidence, extra: dict[str, Any] = extra) -> None:
+                def worker(evidence: str = evidence, label: str = label) -> None:
                     with httpx.Client(base_url=base, headers=headers, timeout=60) as own:
                         transcript = f"bench-{threading.get_ident()}-{label.replace(' ', '-')}"
                         own.put(f"/api/v1/transcripts/{transcript}", json={})
                         while time.monotonic() < stop:
-                            with lock:
-                                body = {**batch(evidence), **extra}
-                            response = own.post(f"/api/v1/transcripts/{transcript}/citations", json=body)
+                            response = own.post(f"/api/v1/transcripts/{transcript}/citations",
+                                                json=editions.batch(evidence))
                             response.raise_for_status()
                             with lock:
                                 done[0] += len(response.json()["citations"])
 
                 elapsed = run_threads(worker, args.clients)
                 print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
-                      f"({args.clients} clients, batches of 10, durability on)")
+                      f"({args.clients} clients, batches of 10, every passage new, durability on)")
         finally:
             server.terminate()
             server.wait(timeout=30)
