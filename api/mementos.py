@@ -202,8 +202,8 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or scope.get("root_path"):
         return False
     path: str = scope["path"]
-    return path.startswith(MEMENTO_PREFIX) and "/" not in path[len(MEMENTO_PREFIX):] \
-        and len(path) > len(MEMENTO_PREFIX)
+    memento_id = path.removeprefix(MEMENTO_PREFIX)
+    return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
 async def serve_memento_content(

@@ -357,7 +357,7 @@ class CitationDesk:
         # Written now; the group commit makes them durable together with concurrent requests'
         # passages (local store: two filesystem syncs per batch), before any row points at them.
         lock = self.archive.initial_lock(now)
-        staged = [self.archive.blobs.stage(plan.passage_bytes, retain_until=lock) for plan in planned]
+        staged = self.archive.blobs.stage_many([plan.passage_bytes for plan in planned], retain_until=lock)
         stored = [one.blob for one in staged]
         for plan, blob in zip(planned, stored, strict=True):
             contents[blob.address] = plan.passage_bytes

@@ -157,10 +157,12 @@ def test_concurrent_puts_of_the_same_bytes(blob_store: Any) -> None:
 # -- local directory specifics ----------------------------------------------------------
 
 
-def test_put_many_stores_each_in_order(blob_store: Any) -> None:
+def test_stage_many_then_publish_stores_each_in_order(blob_store: Any) -> None:
     before = blob_store.put(b"stored earlier")
     batch = [b"first of the batch", b"stored earlier", b"second of the batch", b"first of the batch"]
-    stored = blob_store.put_many(batch)
+    staged = blob_store.stage_many(batch)
+    blob_store.publish(staged)
+    stored = [one.blob for one in staged]
     assert [s.address for s in stored] == [content_address(data) for data in batch]
     assert [s.size for s in stored] == [len(data) for data in batch]
     # Identical new bytes twice in one batch: exactly one of them is the one that stored them
@@ -170,7 +172,7 @@ def test_put_many_stores_each_in_order(blob_store: Any) -> None:
     assert stored[1].address == before.address
     for data, blob in zip(batch, stored, strict=True):
         assert blob_store.get(blob.address, blob.version_id) == data
-    assert blob_store.put_many([]) == []
+    assert blob_store.stage_many([]) == []
 
 
 def _all_files(root: Path) -> list[Path]:
@@ -186,7 +188,7 @@ def test_local_leaves_no_temp_files(tmp_path: Path) -> None:
     assert len(_all_files(tmp_path)) == 5
 
 
-def test_local_put_many_syncs_twice_per_batch(tmp_path: Path, monkeypatch: Any) -> None:
+def test_local_publish_syncs_twice_per_batch(tmp_path: Path, monkeypatch: Any) -> None:
     """Bytes made durable before any name appears, then the names: two syncs in all."""
     from archive.blobstore import local
 
@@ -204,11 +206,11 @@ def test_local_put_many_syncs_twice_per_batch(tmp_path: Path, monkeypatch: Any) 
     monkeypatch.setattr(local, "_SYNCFS", syncfs)
     monkeypatch.setattr(local.os, "replace", replace)
     store = LocalBlobStore(tmp_path)
-    store.put_many([f"passage {i}".encode() for i in range(10)])
+    store.publish(store.stage_many([f"passage {i}".encode() for i in range(10)]))
     assert events == ["sync"] + ["rename"] * 10 + ["sync"]
 
 
-def test_local_put_many_without_syncfs_fsyncs_each_file_and_directory(
+def test_local_publish_without_syncfs_fsyncs_each_file_and_directory(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     from archive.blobstore import local
@@ -223,15 +225,16 @@ def test_local_put_many_without_syncfs_fsyncs_each_file_and_directory(
     monkeypatch.setattr(local, "_SYNCFS", None)
     monkeypatch.setattr(local.os, "fsync", fsync)
     store = LocalBlobStore(tmp_path)
-    stored = store.put_many([b"one passage", b"another passage"])
-    for blob in stored:
+    staged = store.stage_many([b"one passage", b"another passage"])
+    store.publish(staged)
+    for blob in (one.blob for one in staged):
         path = store.path_for(blob.address)
         # the temp file's bytes (its name then), and the directory after the rename
         assert any(Path(name).parent == path.parent and ".tmp-" in name for name in synced)
         assert str(path.parent) in synced
 
 
-def test_local_put_many_failure_leaves_nothing_half_done(tmp_path: Path, monkeypatch: Any) -> None:
+def test_local_publish_failure_leaves_nothing_half_done(tmp_path: Path, monkeypatch: Any) -> None:
     from archive.blobstore import local
     from archive.exceptions import StorageError
 
@@ -248,7 +251,7 @@ def test_local_put_many_failure_leaves_nothing_half_done(tmp_path: Path, monkeyp
     monkeypatch.setattr(local.os, "replace", failing_replace)
     store = LocalBlobStore(tmp_path)
     with pytest.raises(StorageError):
-        store.put_many([b"lands", b"fails", b"never tried"])
+        store.publish(store.stage_many([b"lands", b"fails", b"never tried"]))
     assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
     assert store.get(content_address(b"lands")) == b"lands"  # complete and valid, or absent
     assert not store.exists(content_address(b"fails"))

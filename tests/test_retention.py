@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -260,61 +261,60 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert archive.read_content(kept) == b"a real memento"
 
 
+@pytest.fixture()
+def governance_archive(seaweedfs_settings: Any, tmp_path: Any) -> Iterator[Archive]:
+    """An embedded index over a SeaweedFS bucket with Object Lock in GOVERNANCE mode."""
+    locked = seaweedfs_settings.with_overrides(
+        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE")
+    archive = Archive.open(locked)
+    yield archive
+    archive.close()
+
+
 @pytest.mark.seaweedfs
-def test_object_lock_follows_expiry_and_holds(seaweedfs_settings: Any, tmp_path: Any) -> None:
+def test_object_lock_follows_expiry_and_holds(governance_archive: Archive) -> None:
     """With Object Lock (GOVERNANCE), the store itself refuses early deletion: a new blob is
     locked for the grace period, citations extend the lock (to the day), holds set the flag."""
     from archive.exceptions import RetentionLocked
 
-    locked = seaweedfs_settings.with_overrides(
-        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
-        s3_object_lock_mode="GOVERNANCE")
-    archive = Archive.open(locked)
-    try:
-        document = capture(archive, b"Locked evidence sentence." + FILLER)
-        until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
-        assert until is not None and until >= document.archived_at + timedelta(days=13)
-        archive.transcripts.put("default", "t", "P2Y", {})
-        citation = cite(archive, "t", document.id, "evidence sentence")
-        # The passage is locked from its first write, not only once a sweep gets to it.
-        passage_until, _ = archive.blobs.retention_of(
-            citation.passage.content_hash, citation.passage.blob_version_id)
-        assert passage_until is not None
-        assert passage_until >= citation.passage.archived_at + timedelta(days=13)
-        archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
-        archive.retention.sweep()
-        until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
-        assert until is not None and until >= utc_now() + timedelta(days=365 * 2 - 1)
-        assert until.hour == 0 and until.minute == 0  # rounded up to the day
-        assert hold is True
-        with pytest.raises(RetentionLocked):
-            archive.blobs.delete(citation.passage.content_hash, citation.passage.blob_version_id)
-        archive.retention.set_transcript_hold("default", "t", False, "closed", "admin")
-        archive.retention.sweep()
-        assert archive.blobs.retention_of(document.content_hash, document.blob_version_id)[1] is False
-    finally:
-        archive.close()
+    archive = governance_archive
+    document = capture(archive, b"Locked evidence sentence." + FILLER)
+    until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
+    assert until is not None and until >= document.archived_at + timedelta(days=13)
+    archive.transcripts.put("default", "t", "P2Y", {})
+    citation = cite(archive, "t", document.id, "evidence sentence")
+    # The passage is locked from its first write, not only once a sweep gets to it.
+    passage_until, _ = archive.blobs.retention_of(
+        citation.passage.content_hash, citation.passage.blob_version_id)
+    assert passage_until is not None
+    assert passage_until >= citation.passage.archived_at + timedelta(days=13)
+    archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
+    archive.retention.sweep()
+    until, hold = archive.blobs.retention_of(document.content_hash, document.blob_version_id)
+    assert until is not None and until >= utc_now() + timedelta(days=365 * 2 - 1)
+    assert until.hour == 0 and until.minute == 0  # rounded up to the day
+    assert hold is True
+    with pytest.raises(RetentionLocked):
+        archive.blobs.delete(citation.passage.content_hash, citation.passage.blob_version_id)
+    archive.retention.set_transcript_hold("default", "t", False, "closed", "admin")
+    archive.retention.sweep()
+    assert archive.blobs.retention_of(document.content_hash, document.blob_version_id)[1] is False
 
 
 @pytest.mark.seaweedfs
-def test_erasure_deletes_governance_locked_bytes_at_once(seaweedfs_settings: Any, tmp_path: Any) -> None:
+def test_erasure_deletes_governance_locked_bytes_at_once(governance_archive: Archive) -> None:
     """A court order cannot wait for the lock date: erasure bypasses GOVERNANCE retention
     (a sweep never does), and the bytes are gone the moment the admin action returns."""
-    locked = seaweedfs_settings.with_overrides(
-        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
-        s3_object_lock_mode="GOVERNANCE")
-    archive = Archive.open(locked)
-    try:
-        target = capture(archive, b"Takedown target sentence." + FILLER)
-        assert archive.blobs.retention_of(target.content_hash, target.blob_version_id)[0] is not None
-        archive.retention.erase("default", target.id, "court order 7/2026", "admin-key")
-        assert not blob_present(archive, target.content_hash, target.blob_version_id)
-        with archive.index.read() as connection:
-            state = connection.execute(
-                select(blobs.c.state).where(blobs.c.address == target.content_hash)).scalar_one()
-        assert state == "deleted"
-    finally:
-        archive.close()
+    archive = governance_archive
+    target = capture(archive, b"Takedown target sentence." + FILLER)
+    assert archive.blobs.retention_of(target.content_hash, target.blob_version_id)[0] is not None
+    archive.retention.erase("default", target.id, "court order 7/2026", "admin-key")
+    assert not blob_present(archive, target.content_hash, target.blob_version_id)
+    with archive.index.read() as connection:
+        state = connection.execute(
+            select(blobs.c.state).where(blobs.c.address == target.content_hash)).scalar_one()
+    assert state == "deleted"
 
 
 def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_version(

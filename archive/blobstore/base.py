@@ -33,9 +33,9 @@ class StagedBlob:
 class BlobStore(Protocol):
     """Immutable, content-addressed bytes.
 
-    - ``put`` is idempotent and returns only once the bytes are durable; ``put_many`` is
-      the same for several blobs at once, which a store may make durable together, and
-      ``stage`` + ``publish`` split a put so a group commit can publish a whole batch. ``retain_until``
+    - ``put`` is idempotent and returns only once the bytes are durable. ``stage`` (or
+      ``stage_many``) + ``publish`` split a put, so a group commit can make a whole batch
+      durable at once (the local store shares one filesystem sync). ``retain_until``
       asks a store with a storage-level lock (:class:`RetentionLock`) to lock the bytes
       until then at write time; stores without one ignore it.
     - ``get`` re-hashes and raises :class:`~archive.exceptions.IntegrityError` on mismatch,
@@ -52,18 +52,18 @@ class BlobStore(Protocol):
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob: ...
 
-    def put_many(
-        self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
-    ) -> list[StoredBlob]:
-        """``put`` of each, in order, durable when it returns (a store may share the work)."""
-        ...
-
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """Write ``data``, maybe not durably yet: it is stored once :meth:`publish` returns.
 
         A store that shares durability (local: one filesystem sync for many files) lets a
         group commit make a whole batch of writes durable at once; others store here.
         """
+        ...
+
+    def stage_many(
+        self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
+    ) -> list[StagedBlob]:
+        """``stage`` of each, in order (a store may write them concurrently)."""
         ...
 
     def publish(self, staged: Sequence[StagedBlob]) -> None:

@@ -50,40 +50,32 @@ class LocalBlobStore:
         return self.root / digest[:2] / digest[2:4] / digest
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
-        """Store ``data``; ``retain_until`` is ignored (no storage-level lock here)."""
-        if retain_until is not None:
-            ceil_to_second(retain_until)  # same validation as a locking store
-        address = content_address(data)
-        path = self.path_for(address)
-        if path.exists():
-            if self.durable:
-                # A concurrent writer may have renamed it in without its directory fsync yet.
-                _fsync_directory(path.parent)
-            return StoredBlob(address=address, size=len(data), created=False)
-        try:
-            self._write_atomically(path, data)
-        except OSError as exc:
-            raise StorageError("could not write blob to the local store", address=address) from exc
-        return StoredBlob(address=address, size=len(data), created=True)
+        """Store ``data``, durable when it returns; ``retain_until`` is ignored (no
+        storage-level lock here)."""
+        staged = self.stage(data, retain_until=retain_until)
+        self.publish([staged])
+        return staged.blob
 
-    def put_many(
+    def stage_many(
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
-    ) -> list[StoredBlob]:
-        """Store several blobs, durable together (see :meth:`publish`)."""
+    ) -> list[StagedBlob]:
+        """``stage`` of each, in order; identical bytes twice are written once (the later
+        ones report ``created=False``: the first carries the write)."""
         staged: list[StagedBlob] = []
-        seen: set[str] = set()
+        first: dict[bytes, StoredBlob] = {}
         try:
             for data in blobs:
+                earlier = first.get(data)
+                if earlier is not None:
+                    staged.append(StagedBlob(replace(earlier, created=False)))
+                    continue
                 one = self.stage(data, retain_until=retain_until)
-                if one.blob.address in seen:  # the same bytes twice in one batch
-                    one = self._already_there(one)
-                seen.add(one.blob.address)
+                first[data] = one.blob
                 staged.append(one)
         except BaseException:
             self._discard(staged)
             raise
-        self.publish(staged)
-        return [one.blob for one in staged]
+        return staged
 
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """Write ``data`` to a temp file beside its final path, not yet synced or named."""
@@ -126,12 +118,6 @@ class LocalBlobStore:
         except OSError as exc:
             self._discard(staged)
             raise StorageError("could not write blobs to the local store") from exc
-
-    def _already_there(self, staged: StagedBlob) -> StagedBlob:
-        self._discard([staged])
-        item = staged.pending
-        assert isinstance(item, _Staged)
-        return StagedBlob(replace(staged.blob, created=False), _Staged(item.path, None, item.directories))
 
     @staticmethod
     def _discard(staged: Sequence[StagedBlob]) -> None:
@@ -241,26 +227,6 @@ class LocalBlobStore:
             raise ValueError("an erasure needs a reason")
         log.warning("erasing blob %s from the local store", address)
         self.delete(address, version_id)
-
-    def _write_atomically(self, path: Path, data: bytes) -> None:
-        directory = path.parent
-        created_dirs = _make_dirs(directory, stop_at=self.root)
-        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                if self.durable:
-                    os.fsync(handle.fileno())
-            # os.replace onto an existing identical blob (a concurrent put) is harmless.
-            os.replace(temp_name, path)
-        except BaseException:
-            _remove_quietly(temp_name)
-            raise
-        if self.durable:
-            _fsync_directory(directory)
-            for created in created_dirs:
-                _fsync_directory(created.parent)
 
 
 def _make_dirs(directory: Path, *, stop_at: Path) -> list[Path]:

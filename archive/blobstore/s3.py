@@ -77,7 +77,7 @@ DEFAULT_BACKOFF_MAX = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_MAX_POOL_CONNECTIONS = 32  # the API serves requests from a thread pool
-PARALLEL_PUTS = 8  # concurrent uploads of one put_many
+PARALLEL_PUTS = 8  # concurrent uploads of one stage_many
 
 _BLOBS = "blobs"
 _RELATIVE_KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})")
@@ -188,14 +188,15 @@ class S3BlobStore:
             "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
         )
 
-    def put_many(
+    def stage_many(
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
-    ) -> list[StoredBlob]:
-        """``put`` of each blob, concurrently; in order. The first failure is raised once
-        every upload has finished (blobs already stored stay: they are addressed, not owned)."""
-        if len(blobs) == 1:
-            return [self.put(blobs[0], retain_until=retain_until)]
-        return list(self._uploads.map(functools.partial(self.put, retain_until=retain_until), blobs))
+    ) -> list[StagedBlob]:
+        """``stage`` (a durable put) of each blob, concurrently; in order. The first failure
+        is raised once every upload has finished (blobs already stored stay: they are
+        addressed, not owned)."""
+        if len(blobs) <= 1:
+            return [self.stage(data, retain_until=retain_until) for data in blobs]
+        return list(self._uploads.map(functools.partial(self.stage, retain_until=retain_until), blobs))
 
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """A put: each object is durable on its own once S3 answers."""
