@@ -246,13 +246,15 @@ async def post_citations(
     body: CitationsIn,
     request: Request,
     principal: Annotated[Principal, Depends(writers)],
-    archive: Annotated[Archive, Depends(get_archive)],
-    urls: Annotated[Urls, Depends(get_urls)],
     idempotency_key: Annotated[str | None, Depends(idempotency_key)],
 ) -> JSONResponse:
     """Each citation names its evidence (``memento_id`` of a stored document, the captured
     ``source`` inline, or ``source_ref`` into the request's ``sources``) and a ``quote``. 201 with one entry per citation in
     request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
+    # The agents' hot route: archive and urls straight from app state, as the memento write
+    # does (FastAPI re-inspects every dependency on every request).
+    archive: Archive = request.app.state.archive
+    urls: Urls = request.app.state.urls
     requests = _citation_requests(body)
     request_hash = content_address(await request.body()) if idempotency_key else None
 

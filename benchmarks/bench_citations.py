@@ -99,13 +99,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(data_dir: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    env = {**os.environ, "AMBER_DATA_DIR": data_dir, "AMBER_RATE_LIMIT_PER_SECOND": "0"}
+def server_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(data_dir: str, amber_root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    # PYTHONPATH rather than cwd alone: the installed (editable) package must not win.
+    env = {**os.environ, "AMBER_DATA_DIR": data_dir, "AMBER_RATE_LIMIT_PER_SECOND": "0",
+           "PYTHONPATH": str(amber_root)}
     cli = [sys.executable, "-m", "api.cli"]
-    key = subprocess.run([*cli, "keys", "create", "--role", "agent"], env=env, cwd=REPO,
+    key = subprocess.run([*cli, "keys", "create", "--role", "agent"], env=env, cwd=amber_root,
                          capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     port = free_port()
-    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=REPO,
+    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=amber_root,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -123,6 +134,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--library", action="store_true",
                         help="call the library in-process (no HTTP) instead of a server")
+    parser.add_argument("--amber-root", type=Path, default=REPO,
+                        help="the Amber source tree to serve (e.g. an older commit, checked out)")
     args = parser.parse_args()
     html, sentences = page()
     if args.library:
@@ -131,7 +144,7 @@ def main() -> None:
     source = {"uri_r": "https://policy.example/terms", "content_base64": base64.b64encode(html).decode(),
               "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200}
     with tempfile.TemporaryDirectory() as data_dir:
-        server, base, key = start(data_dir)
+        server, base, key = start(data_dir, args.amber_root.resolve())
         try:
             headers = {"Authorization": f"Bearer {key}"}
             client = httpx.Client(base_url=base, headers=headers, timeout=60)
@@ -167,9 +180,14 @@ def main() -> None:
                             with lock:
                                 done[0] += len(response.json()["citations"])
 
+                cpu_before = server_cpu_seconds(server.pid)
                 elapsed = run_threads(worker, args.clients)
+                cpu_after = server_cpu_seconds(server.pid)
+                per_citation = ("" if cpu_before is None or cpu_after is None or not done[0] else
+                                f"; server CPU {(cpu_after - cpu_before) / done[0] * 1e6:,.0f} µs per citation, "
+                                f"{(cpu_after - cpu_before) / elapsed:.0%} of a core")
                 print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
-                      f"({args.clients} clients, batches of 10, every passage new, durability on)")
+                      f"({args.clients} clients, batches of 10, every passage new, durability on{per_citation})")
         finally:
             server.terminate()
             server.wait(timeout=30)

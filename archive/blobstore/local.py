@@ -15,9 +15,9 @@ the directory can delete evidence. Use S3 with Object Lock where that matters.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +31,7 @@ from archive.exceptions import BlobNotFound, StorageError
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
 _TEMP_PREFIX = ".tmp-"
+_DIGEST_START = len(ALGORITHM) + 1  # "blake3:" before the hex digest
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +83,27 @@ class LocalBlobStore:
         if retain_until is not None:
             ceil_to_second(retain_until)  # same validation as a locking store
         address = content_address(data)
-        path = self.path_for(address)
-        if path.exists():
+        # Plain strings and descriptors: a request stages one blob per passage it cites, and
+        # pathlib plus tempfile cost several times the system calls they make.
+        digest = address[_DIGEST_START:]
+        directory = os.path.join(self._root, digest[:2], digest[2:4])
+        path = os.path.join(directory, digest)
+        if os.path.exists(path):
             # Perhaps renamed in by a concurrent put whose directory sync is still to come.
             return StagedBlob(StoredBlob(address=address, size=len(data), created=False),
-                              _Staged(path, None, (path.parent,)))
+                              _Staged(path, None, (directory,)))
         try:
-            created: list[Path] = []
+            created: list[str] = []
             try:
-                temp_name = _write_temp(path.parent, data)
+                temp_name = _write_temp(directory, digest, data)
             except FileNotFoundError:  # a new shard directory (early in a store's life)
-                created = _make_dirs(path.parent, stop_at=self.root)
-                temp_name = _write_temp(path.parent, data)
+                created = _make_dirs(directory, stop_at=self._root)
+                temp_name = _write_temp(directory, digest, data)
         except OSError as exc:
             raise StorageError("could not write blob to the local store", address=address) from exc
+        parents = tuple(os.path.dirname(made) for made in created)
         return StagedBlob(StoredBlob(address=address, size=len(data), created=True),
-                          _Staged(path, temp_name, (path.parent, *(d.parent for d in created))))
+                          _Staged(path, temp_name, (directory, *parents)))
 
     def publish(self, staged: Sequence[StagedBlob]) -> None:
         """Make staged blobs durable, together: one filesystem sync for all their bytes, then
@@ -229,35 +235,53 @@ class LocalBlobStore:
         self.delete(address, version_id)
 
 
-def _make_dirs(directory: Path, *, stop_at: Path) -> list[Path]:
+def _make_dirs(directory: str, *, stop_at: str) -> list[str]:
     """Create missing directories; return the ones created, so their parents get fsync'd."""
     missing = []
     current = directory
-    while not current.exists() and current != stop_at:
+    while current != stop_at and not os.path.isdir(current):
         missing.append(current)
-        current = current.parent
+        current = os.path.dirname(current)
     for path in reversed(missing):
-        path.mkdir(exist_ok=True)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass  # a concurrent writer made it first
     return missing
 
 
 @dataclass
 class _Staged:
-    path: Path  # where the blob goes
+    path: str  # where the blob goes
     temp_name: str | None  # the temp file holding its bytes until renamed; None once named
-    directories: tuple[Path, ...]  # whose entries must be durable (parent, created dirs' parents)
+    directories: tuple[str, ...]  # whose entries must be durable (parent, created dirs' parents)
 
 
-def _write_temp(directory: Path, data: bytes) -> str:
+# Temp names: unique per process (pid) and per write (counter); O_EXCL catches a leftover of
+# an earlier process that had the same pid.
+_temp_numbers = itertools.count()
+
+
+def _write_temp(directory: str, digest: str, data: bytes) -> str:
     """A temp file in ``directory`` holding ``data`` (not yet synced); returns its name."""
-    fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=directory)
+    while True:
+        name = os.path.join(directory, f"{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}")
+        try:
+            descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        break
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view):]
+        finally:
+            os.close(descriptor)
     except BaseException:
-        _remove_quietly(temp_name)
+        _remove_quietly(name)
         raise
-    return temp_name
+    return name
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -298,13 +322,13 @@ def _sync_files(root: str, names: Iterable[str]) -> None:
                 os.close(fd)
 
 
-def _sync_directories(root: str, directories: Iterable[Path]) -> None:
+def _sync_directories(root: str, directories: Iterable[str | Path]) -> None:
     if not _sync_filesystem(root):
         for directory in sorted(directories):
             _fsync_directory(directory)
 
 
-def _fsync_directory(directory: Path) -> None:
+def _fsync_directory(directory: str | Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
