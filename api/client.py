@@ -623,8 +623,15 @@ def _memento_id(ref: str) -> str:
 
 
 def _content_fields(content: bytes | str) -> dict[str, str]:
+    """A body for the wire, byte for byte. Bytes that are UTF-8 go as text: the server stores
+    the UTF-8 encoding of ``content``, which is then these very bytes, and text is a quarter
+    smaller than base64 and cheaper to read (a page cited inline is decoded on every call).
+    Any other bytes (PDFs, legacy charsets) go as base64."""
     if isinstance(content, bytes):
-        return {"content_base64": base64.b64encode(content).decode("ascii")}
+        try:
+            return {"content": content.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"content_base64": base64.b64encode(content).decode("ascii")}
     return {"content": content}
 
 
@@ -800,9 +807,8 @@ class Source:
     def wire_source(self) -> dict[str, Any]:
         """The inline ``source`` of a citation: the bytes as fetched, with the capture facts."""
         wire: dict[str, Any] = {
-            "uri_r": self.uri, "content_base64": base64.b64encode(self.body).decode("ascii"),
-            "content_type": self.content_type, "captured_at": _rfc3339(self.fetched_at),
-            "tool": self.tool,
+            "uri_r": self.uri, **_content_fields(self.body), "content_type": self.content_type,
+            "captured_at": _rfc3339(self.fetched_at), "tool": self.tool,
         }
         if self.final_url and self.final_url != self.uri:
             wire["final_url"] = self.final_url
@@ -1222,7 +1228,7 @@ class AmberClient:
         final_url: str | None = None, http_status: int | None = None,
         headers: Mapping[str, str] | None = None, idempotency_key: str | None = None,
     ) -> MementoInfo:
-        """Store a memento (``bytes`` go as ``content_base64``, so byte identity holds)."""
+        """Store a memento (``bytes`` arrive byte for byte: as text when UTF-8, else base64)."""
         return self._run(self._core.write_memento(
             uri_r, content, content_type, captured_at=captured_at, scope=scope, tool=tool,
             final_url=final_url, http_status=http_status, headers=headers,

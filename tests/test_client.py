@@ -13,6 +13,7 @@ Three layers of tests:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -218,7 +219,32 @@ def test_retries_reuse_one_idempotency_key_and_the_same_body() -> None:
         assert len({r.content for r in seen}) == 1
         assert seen[0].headers["authorization"] == "Bearer k"
         body = json.loads(seen[0].content)
-        assert body["content_base64"] and "content" not in body  # bytes travel as bytes
+        assert body["content_base64"] and "content" not in body  # windows-1252 bytes as bytes
+
+
+@pytest.mark.parametrize("raw", [
+    b"%PDF-1.7\n\xe2\xe3\xcf\xd3 binary",  # not UTF-8
+    "caf\u00e9".encode("latin-1"),  # another charset
+    b"\xed\xa0\x80",  # an encoded surrogate: not valid UTF-8
+])
+def test_bytes_that_are_not_utf8_travel_as_base64(raw: bytes) -> None:
+    """Byte identity: what the server decodes is exactly what the tool fetched."""
+    transport, seen = scripted_transport(httpx.Response(201, json=MEMENTO_JSON))
+    with AmberClient(BASE_URL, transport=transport, retry=FAST) as amber:
+        amber.write_memento(URI_R, raw, "application/octet-stream")
+    body = json.loads(seen[0].content)
+    assert "content" not in body and base64.b64decode(body["content_base64"]) == raw
+
+
+def test_utf8_bytes_travel_as_text_that_encodes_back_to_them() -> None:
+    raw = "<p>Caf\u00e9 \u2014 \ufeffBOM, NUL \x00, CR\r\n, \U0001f600</p>".encode()
+    transport, seen = scripted_transport(httpx.Response(201, json=MEMENTO_JSON))
+    with AmberClient(BASE_URL, transport=transport, retry=FAST) as amber:
+        amber.write_memento(URI_R, raw, "text/html; charset=utf-8")
+    body = json.loads(seen[0].content)
+    assert "content_base64" not in body and body["content"].encode("utf-8") == raw
+    wire = EvidenceLocker().record("http.get", page_result(body=raw)).wire_source()
+    assert "content_base64" not in wire and wire["content"].encode("utf-8") == raw
 
 
 def test_each_logical_call_has_its_own_key() -> None:
