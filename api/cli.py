@@ -246,17 +246,21 @@ def retention_report() -> None:
 @click.option("--safety-age-minutes", default=60, show_default=True, type=click.IntRange(1))
 @click.option("--dry-run", is_flag=True)
 def gc(safety_age_minutes: int, dry_run: bool) -> None:
-    """Delete orphan blobs (from writes that crashed before their index commit).
+    """Delete orphan blobs (from writes that crashed before their index commit) and the
+    local store's leftover temp files (from writes that crashed before publishing).
 
-    Only blobs older than the safety age, so in-flight writes are never touched.
+    Only what is older than the safety age, so in-flight writes are never touched.
     Example: amber gc --safety-age-minutes 120
     """
     from datetime import timedelta
 
+    safety_age = timedelta(minutes=safety_age_minutes)
     with _opened() as archive:
-        collected = archive.retention.collect_orphans(
-            safety_age=timedelta(minutes=safety_age_minutes), dry_run=dry_run)
-    click.echo(f"{len(collected)} orphan blob(s) {'would be ' if dry_run else ''}deleted")
+        collected = archive.retention.collect_orphans(safety_age=safety_age, dry_run=dry_run)
+        temp_files = archive.retention.collect_temp_files(safety_age=safety_age, dry_run=dry_run)
+    verb = "would be deleted" if dry_run else "deleted"
+    click.echo(f"{len(collected)} orphan blob(s) {verb}")
+    click.echo(f"{len(temp_files)} leftover temp file(s) {verb}")
 
 
 @main.command()

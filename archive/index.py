@@ -230,9 +230,10 @@ class Index:
             # On the driver: every write batch asks, and Core's expanding IN costs more than
             # the query. SQLite takes the write lock at BEGIN IMMEDIATE, so no row lock is needed.
             marks = ",".join("?" * len(addresses))
-            cursor = connection.connection.dbapi_connection.execute(
+            driver: Any = connection.connection.dbapi_connection
+            rows = driver.execute(
                 f"SELECT address, state, version_id FROM blobs WHERE address IN ({marks})", addresses)
-            return list(cursor.fetchall())
+            return list(rows.fetchall())
         query = (select(blobs.c.address, blobs.c.state, blobs.c.version_id)
                  .where(blobs.c.address.in_(addresses))
                  .with_for_update())  # serialises with the sweep's per-blob deletion

@@ -483,6 +483,22 @@ class Retention:
                 collected.append(address)
         return collected
 
+    def collect_temp_files(self, *, safety_age: timedelta = timedelta(hours=1),
+                           now: datetime | None = None, dry_run: bool = False) -> list[str]:
+        """Delete the local store's temp files older than ``safety_age``: bytes a write staged
+        and never published because its process died. They hold captured text that nothing
+        acknowledged or refers to, so no retention rule would ever delete them otherwise.
+        (S3 stages nothing outside the bucket's objects: see :meth:`collect_orphans`.)"""
+        temp_files = getattr(self.archive.blobs, "temp_files", None)
+        if temp_files is None:
+            return []
+        cutoff = (now or utc_now()) - safety_age
+        stale = [path for path, modified in temp_files() if modified < cutoff]
+        if not dry_run:
+            for path in stale:
+                self.archive.blobs.remove_temp_file(path)
+        return stale
+
     def _stored_at(self, address: str) -> datetime | None:
         stored_at = getattr(self.archive.blobs, "stored_at", None)
         if stored_at is not None:

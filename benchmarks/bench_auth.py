@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_http import (  # noqa: E402  (the sibling script, imported as a module)
+from bench_http import (  # the sibling script, imported as a module
     _HEADER,
     AUTH_GOAL_RATIO,
     REPO_ROOT,

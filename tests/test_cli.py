@@ -8,9 +8,11 @@ guard refuses unless ``AMBER_FETCH_ALLOW`` opens it. ``--help`` checks use click
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -328,3 +330,23 @@ def test_second_start_prints_no_new_key_and_no_auth_is_loopback_only(tmp_path: P
     )
     assert refused.returncode != 0
     assert "loopback" in refused.stderr
+
+
+def test_gc_collects_leftover_temp_files_and_says_so(tmp_path: Path) -> None:
+    from archive.archive import Archive
+    from archive.config import Settings
+
+    archive = Archive.open(Settings(data_dir=tmp_path / "d"))
+    try:
+        leftover = archive.blobs.stage(b"staged by a process that then died").pending.temp_name
+    finally:
+        archive.close()
+    old = time.time() - 3 * 3600
+    os.utime(leftover, (old, old))
+    env = {"AMBER_DATA_DIR": str(tmp_path / "d")}
+    dry = CliRunner().invoke(main, ["gc", "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    assert "1 leftover temp file(s) would be deleted" in dry.output and os.path.exists(leftover)
+    done = CliRunner().invoke(main, ["gc"], env=env)
+    assert done.exit_code == 0, done.output
+    assert "1 leftover temp file(s) deleted" in done.output and not os.path.exists(leftover)

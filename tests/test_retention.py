@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -11,7 +12,9 @@ import pytest
 from sqlalchemy import select, text
 
 from archive.archive import Archive, MementoRequest
+from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
+from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict
 from archive.mementos import CaptureFacts
@@ -259,6 +262,45 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert collected == [orphan.address]
     assert not archive.blobs.exists(orphan.address)
     assert archive.read_content(kept) == b"a real memento"
+
+
+@pytest.fixture()
+def local_archive(tmp_path: Any) -> Iterator[Archive]:
+    """The embedded default: only the local store stages blobs in temp files (S3 stages
+    objects, which :meth:`collect_orphans` covers)."""
+    archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    yield archive
+    archive.close()
+
+
+def test_leftover_temp_files_are_collected_after_the_safety_age(local_archive: Archive) -> None:
+    archive = local_archive
+    died = archive.blobs.stage(b"staged, then the process died before publishing")
+    in_flight = archive.blobs.stage(b"staged just now by a write still in flight")
+    kept = capture(archive, b"a real memento")
+    old = (utc_now() - timedelta(hours=3)).timestamp()
+    os.utime(died.pending.temp_name, (old, old))
+    assert len(list(archive.blobs.temp_files())) == 2
+    assert len(archive.retention.collect_temp_files(safety_age=timedelta(hours=1), dry_run=True)) == 1
+    assert len(list(archive.blobs.temp_files())) == 2  # a dry run deletes nothing
+    collected = archive.retention.collect_temp_files(safety_age=timedelta(hours=1))
+    assert collected == [died.pending.temp_name]
+    assert [path for path, _ in archive.blobs.temp_files()] == [in_flight.pending.temp_name]
+    archive.blobs.publish([in_flight])  # the in-flight write still completes
+    assert archive.blobs.get(in_flight.blob.address) == b"staged just now by a write still in flight"
+    assert not archive.blobs.exists(died.blob.address)
+    assert archive.read_content(kept) == b"a real memento"
+
+
+def test_only_the_stores_own_temp_files_can_be_removed(tmp_path: Any) -> None:
+    store = LocalBlobStore(tmp_path / "blobs")
+    outside = tmp_path / ".tmp-not-ours"
+    outside.write_bytes(b"x")
+    published = store.put(b"a blob")
+    for path in (str(outside), str(store.path_for(published.address))):
+        with pytest.raises(ValueError):
+            store.remove_temp_file(path)
+    assert outside.exists() and store.get(published.address) == b"a blob"
 
 
 @pytest.fixture()

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
@@ -197,6 +197,27 @@ class LocalBlobStore:
                 for blob in sorted(second.iterdir()):
                     if not blob.name.startswith(_TEMP_PREFIX):
                         yield f"{ALGORITHM}:{blob.name}"
+
+    def temp_files(self) -> Iterator[tuple[str, datetime]]:
+        """(path, last modified) of every temp file: bytes of writes that were staged and
+        never published — the process died in between. In-flight writes have them too, for
+        the moment between stage and publish, so callers must leave recent ones alone."""
+        for first in sorted(self.root.iterdir()):
+            if not first.is_dir():
+                continue
+            for second in sorted(first.iterdir()):
+                with os.scandir(second) as entries:
+                    for entry in entries:
+                        if entry.name.startswith(_TEMP_PREFIX):
+                            modified = entry.stat(follow_symlinks=False).st_mtime
+                            yield entry.path, datetime.fromtimestamp(modified, UTC)
+
+    def remove_temp_file(self, path: str) -> None:
+        """Delete one of :meth:`temp_files` (nothing refers to it: it never got a name)."""
+        if not os.path.basename(path).startswith(_TEMP_PREFIX) or os.path.commonpath(
+                [self._root, path]) != self._root:
+            raise ValueError("not a temp file of this store")
+        _remove_quietly(path)
 
     def close(self) -> None:
         return None
