@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from api import admin, drift, errors, mementos, retention, timetravel, transcripts
+from api.auth import Gatekeeper
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
@@ -50,6 +51,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
+        app.state.gatekeeper.archive = app.state.archive
         try:
             yield
         finally:
@@ -63,8 +65,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.auth_enabled = auth
-    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst)
+    app.state.gatekeeper = Gatekeeper(
+        auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive)
     app.state.urls = Urls(base_url)
     if archive is not None:
         app.state.archive = archive

@@ -9,13 +9,13 @@ acts as a principal holding all roles in the default tenant.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import State
 
 from archive.archive import Archive
 from archive.exceptions import Forbidden
@@ -42,30 +42,41 @@ def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
         presented = credentials.credentials if credentials is not None else None
-        return await authorize(request.app.state, presented, allowed)
+        gatekeeper: Gatekeeper = request.app.state.gatekeeper
+        return await gatekeeper.authorize(presented, allowed)
 
     dependency.__name__ = "require_" + "_or_".join(sorted(r.value for r in allowed))
     return dependency
 
 
-async def authorize(state: State, presented: str | None, allowed: frozenset[Role]) -> Principal:
-    """The principal behind the presented key, having spent a rate-limit token and held one
-    of the ``allowed`` roles (raises Unauthenticated, RateLimited or Forbidden)."""
-    if not state.auth_enabled:
-        return NO_AUTH_PRINCIPAL
-    archive: Archive = state.archive
-    if archive.lookups_are_quick:  # on every request: no coroutine around a quick lookup
-        principal = archive.keys.authenticate(presented)
-    else:
-        principal = await run_in_threadpool(archive.keys.authenticate, presented)
-    limiter: RateLimiter = state.rate_limiter
-    limiter.take(principal.key_id)
-    if not principal.roles & allowed:
-        raise Forbidden(
-            f"role {principal.role!r} may not do this; needs one of "
-            + ", ".join(sorted(r.value for r in allowed))
-        )
-    return principal
+@dataclass
+class Gatekeeper:
+    """Authenticates the presented key, spends a rate-limit token and checks the role, on
+    every request. Plain attributes: Starlette's ``State`` resolves each of its attributes
+    through ``__getattr__``, which cost more than checking a remembered key."""
+
+    enabled: bool
+    rate_limiter: RateLimiter
+    archive: Archive | None = None  # set when the app starts
+
+    async def authorize(self, presented: str | None, allowed: frozenset[Role]) -> Principal:
+        """The principal behind the presented key, having spent a rate-limit token and held
+        one of the ``allowed`` roles (raises Unauthenticated, RateLimited or Forbidden)."""
+        if not self.enabled:
+            return NO_AUTH_PRINCIPAL
+        archive = self.archive
+        assert archive is not None, "the app has not started"
+        if archive.lookups_are_quick:  # on every request: no coroutine around a quick lookup
+            principal = archive.keys.authenticate(presented)
+        else:
+            principal = await run_in_threadpool(archive.keys.authenticate, presented)
+        self.rate_limiter.take(principal.key_id)
+        if not principal.roles & allowed:
+            raise Forbidden(
+                f"role {principal.role!r} may not do this; needs one of "
+                + ", ".join(sorted(r.value for r in allowed))
+            )
+        return principal
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -10,7 +10,7 @@ from starlette import types as asgi
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
-from api.auth import READERS, audit_read, authorize, bearer_token, record_read, require
+from api.auth import READERS, Gatekeeper, audit_read, bearer_token, record_read, require
 from api.deps import get_and_head, get_archive, get_urls, idempotency_key, run_blocking
 from api.errors import amber_error_response, unexpected_error_response
 from api.models import ERROR_RESPONSES, CaptureFactsOut, MementoIn, MementoOut, decode_content
@@ -225,7 +225,8 @@ async def serve_memento_content(
         elif name == b"if-none-match" and if_none_match is None:
             if_none_match = value.decode("latin-1")
     try:
-        principal = await authorize(state, bearer_token(authorization), READER_ROLES)
+        gatekeeper: Gatekeeper = state.gatekeeper
+        principal = await gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
         status, headers, body = await resolve_memento(
             state.archive, state.urls, principal, path[len(MEMENTO_PREFIX):], method, if_none_match
         )

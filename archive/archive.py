@@ -122,6 +122,7 @@ class Archive:
         self._committer.close()
         self.citations.close()
         self.read_audit.close()
+        self.keys.close()
         self.index.close()
         self.blobs.close()
 

@@ -137,6 +137,11 @@ class Index:
         )
 
     @property
+    def sqlite_path(self) -> str | None:
+        """The SQLite database file; None on PostgreSQL."""
+        return _sqlite_path(self.url) if self.dialect == "sqlite" else None
+
+    @property
     def reads_in_process(self) -> bool:
         """True when a point lookup is a local file read (SQLite), not a network round trip."""
         return self.dialect == "sqlite"

@@ -5,8 +5,9 @@ names the key in listings and audit logs — and the secret is 32 random bytes. 
 stores only HMAC-SHA256(server secret, whole key), so a leaked table is useless without
 the server secret, which lives outside the database (``AMBER_KEY_SECRET``, or a 0600 file
 in the data directory for the embedded default). Checking a key is one indexed lookup and
-one HMAC, compared in constant time. Revocation takes effect on the next request: nothing
-is cached.
+one HMAC, compared in constant time; on SQLite, verified keys are then remembered (by digest)
+until the next revocation, which takes effect on the next request in every process
+(:mod:`archive.revocations`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import hmac
 import os
 import re
 import secrets
-import threading
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +28,7 @@ from sqlalchemy import bindparam, insert, select, update
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
 from archive.index import Index
+from archive.revocations import RevocationSignal
 from archive.schema import api_keys
 
 KEY_PREFIX = "amber"
@@ -102,11 +104,22 @@ def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
     return fresh
 
 
+@dataclass
+class _Verified:
+    """Keys verified while the revocation signal stood at ``generation``, by digest."""
+
+    generation: int
+    principals: dict[bytes, Principal] = field(default_factory=dict)
+
+
 class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
-        self._local = threading.local()  # per thread: data_version is per connection
+        sqlite_path = index.sqlite_path
+        self._revocations = (RevocationSignal(sqlite_path + ".revocations")
+                             if sqlite_path is not None and RevocationSignal.available() else None)
+        self._verified = _Verified(-1)
         # Checked on every request: a prepared point lookup, so revocation (a committed
         # row, whichever process wrote it) takes effect on the very next request.
         self._by_id = index.lookups.prepare(
@@ -147,7 +160,8 @@ class KeyRing:
         where = [api_keys.c.key_id == key_id]
         if tenant is not None:
             where.append(api_keys.c.tenant == tenant)
-        with self.index.write() as connection:
+        signal = self._revocations.revoking() if self._revocations else nullcontext()
+        with signal, self.index.write() as connection:
             connection.execute(
                 update(api_keys).where(*where, api_keys.c.revoked_at.is_(None)).values(revoked_at=utc_now())
             )
@@ -165,31 +179,29 @@ class KeyRing:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
         if len(presented) > MAX_PRESENTED_KEY:
             raise Unauthenticated("malformed API key")
-        # A key verified on this thread stays verified while nothing at all has been committed
-        # to the database since (SQLite's data_version, read before checking): a revocation
-        # is a commit, so it takes effect on the very next request, from whichever process.
-        version = self.index.lookups.data_version()
-        cache = self._verified_cache(version)
-        if cache is None:
+        # A verified key is reused while no revocation has been committed since, in any
+        # process (archive/revocations.py); otherwise, and on PostgreSQL, it is checked.
+        generation = self._revocations.settled_generation() if self._revocations else None
+        if generation is None:
             return self._check(presented)
+        verified = self._verified
+        if verified.generation != generation:
+            if generation < verified.generation:  # read just before another thread saw a newer one
+                return self._check(presented)
+            verified = self._verified = _Verified(generation)
         fingerprint = hashlib.sha256(presented.encode("utf-8", "replace")).digest()
-        known = cache.get(fingerprint)
+        known = verified.principals.get(fingerprint)
         if known is not None:
             return known
         principal = self._check(presented)
-        if len(cache) >= _VERIFIED_CACHE_SIZE:
-            cache.clear()
-        cache[fingerprint] = principal
+        if len(verified.principals) >= _VERIFIED_CACHE_SIZE:
+            verified.principals.clear()
+        verified.principals[fingerprint] = principal
         return principal
 
-    def _verified_cache(self, version: int | None) -> dict[bytes, Principal] | None:
-        if version is None:  # PostgreSQL: no cheap commit counter; check every time
-            return None
-        local = self._local
-        if getattr(local, "version", None) != version:
-            local.version, local.verified = version, {}
-        verified: dict[bytes, Principal] = local.verified
-        return verified
+    def close(self) -> None:
+        if self._revocations is not None:
+            self._revocations.close()
 
     def _check(self, presented: str) -> Principal:
         match = _KEY.fullmatch(presented) if len(presented) <= MAX_PRESENTED_KEY else None

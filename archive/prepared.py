@@ -93,14 +93,6 @@ class Lookups:
         finally:
             cursor.close()
 
-    def data_version(self) -> int | None:
-        """SQLite's ``PRAGMA data_version`` on this thread's connection: it changes whenever
-        any other connection, in any process, has committed since. None on PostgreSQL."""
-        if self._sqlite_path is None:
-            return None
-        row = self._sqlite().execute("PRAGMA data_version").fetchone()
-        return int(row[0])
-
     def close(self) -> None:
         with self._opened_lock:
             for connection in self._opened:

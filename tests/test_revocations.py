@@ -1,0 +1,149 @@
+"""The revocation signal: verified API keys are reused only while nothing was revoked since,
+in any process; a revoker that dies, or a torn read, only ever makes key checks more careful."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_server import amber_command, clean_environ
+
+from archive.archive import Archive
+from archive.config import Settings
+from archive.exceptions import Unauthenticated
+from archive.keys import Role
+from archive.revocations import RevocationSignal
+
+
+def _write_copies(path: Path, first: int, second: int) -> None:
+    with open(path, "r+b") as handle:
+        handle.write(struct.pack("<QQ", first, second))
+
+
+def test_a_revocation_moves_the_generation_through_odd_to_the_next_even(tmp_path: Path) -> None:
+    signal = RevocationSignal(str(tmp_path / "index.revocations"))
+    assert signal.settled_generation() == 0
+    with signal.revoking():
+        assert signal.settled_generation() is None  # keys are checked while it commits
+    assert signal.settled_generation() == 2
+    with pytest.raises(RuntimeError), signal.revoking():
+        raise RuntimeError("the commit failed")
+    assert signal.settled_generation() == 4  # settled again: caches flushed for nothing
+    signal.close()
+
+
+@pytest.mark.parametrize("copies", [(3, 3), (4, 2), (6, 5)], ids=["odd", "torn", "torn-odd"])
+def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
+    tmp_path: Path, copies: tuple[int, int]
+) -> None:
+    """What a revoker killed mid-way leaves: an odd generation, or copies that differ."""
+    path = tmp_path / "index.revocations"
+    running = RevocationSignal(str(path))
+    _write_copies(path, *copies)
+    assert running.settled_generation() is None  # seen at once through the shared mapping
+    opened = RevocationSignal(str(path))  # another process opening the index
+    settled = opened.settled_generation()
+    assert settled is not None and settled > max(copies)
+    assert running.settled_generation() == settled
+    running.close()
+    opened.close()
+
+
+def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(tmp_path: Path) -> None:
+    path = str(tmp_path / "index.revocations")
+    revoker = RevocationSignal(path)
+    inside, release = threading.Event(), threading.Event()
+
+    def revoke() -> None:
+        with revoker.revoking():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=revoke)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        opened = RevocationSignal(path)
+        assert opened.settled_generation() is None  # still committing: left alone
+    finally:
+        release.set()
+        thread.join()
+    assert opened.settled_generation() == 2
+    opened.close()
+    revoker.close()
+
+
+@pytest.fixture()
+def embedded(tmp_path: Path) -> Iterator[Archive]:
+    archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    yield archive
+    archive.close()
+
+
+def _count_lookups(archive: Archive, monkeypatch: Any) -> list[str]:
+    calls: list[str] = []
+    real = archive.index.lookups.first
+
+    def counting(lookup: Any, **values: Any) -> Any:
+        calls.append(values.get("key_id", ""))
+        return real(lookup, **values)
+
+    monkeypatch.setattr(archive.index.lookups, "first", counting)
+    return calls
+
+
+def test_verified_keys_are_reused_until_any_revocation(
+    embedded: Archive, tmp_path: Path, monkeypatch: Any
+) -> None:
+    kept = embedded.keys.create("default", Role.AGENT)
+    other = embedded.keys.create("default", Role.AGENT)
+    lookups = _count_lookups(embedded, monkeypatch)
+    for _ in range(3):
+        assert embedded.keys.authenticate(kept.key).key_id == kept.info.key_id
+    assert lookups == [kept.info.key_id]  # checked once, then remembered
+    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))  # as another process
+    try:
+        elsewhere.keys.revoke(other.info.key_id)
+    finally:
+        elsewhere.close()
+    assert embedded.keys.authenticate(kept.key).key_id == kept.info.key_id
+    assert lookups == [kept.info.key_id] * 2  # a revocation, of any key: checked again
+    with pytest.raises(Unauthenticated):
+        embedded.keys.authenticate(other.key)
+
+
+def test_while_a_revocation_commits_every_request_checks_its_key(
+    embedded: Archive, monkeypatch: Any
+) -> None:
+    issued = embedded.keys.create("default", Role.AGENT)
+    embedded.keys.authenticate(issued.key)
+    lookups = _count_lookups(embedded, monkeypatch)
+    signal = RevocationSignal(embedded.index.sqlite_path + ".revocations")  # type: ignore[operator]
+    with signal.revoking():
+        for _ in range(3):
+            embedded.keys.authenticate(issued.key)
+    assert len(lookups) == 3
+    signal.close()
+
+
+def test_a_key_revoked_by_the_cli_in_another_process_stops_at_once(
+    embedded: Archive, tmp_path: Path
+) -> None:
+    issued = embedded.keys.create("default", Role.AUDITOR)
+    for _ in range(2):
+        embedded.keys.authenticate(issued.key)  # verified and remembered
+    done = subprocess.run(
+        [*amber_command(), "keys", "revoke", issued.info.key_id],
+        env=clean_environ({"AMBER_DATA_DIR": str(tmp_path / "amber")}),
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(Unauthenticated):
+        embedded.keys.authenticate(issued.key)
+    assert os.path.exists(str(embedded.index.sqlite_path) + ".revocations")
