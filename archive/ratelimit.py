@@ -10,15 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from archive.exceptions import RateLimited
-
-
-@dataclass
-class _Bucket:
-    tokens: float
-    updated: float
 
 
 class RateLimiter:
@@ -28,7 +21,9 @@ class RateLimiter:
         self.rate = rate_per_second
         self.burst = max(1, burst)
         self._clock = clock
-        self._buckets: dict[str, _Bucket] = {}
+        # key -> [tokens, last update]: lists updated in place under the lock, because this
+        # runs on every authenticated request.
+        self._buckets: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -37,17 +32,19 @@ class RateLimiter:
 
     def take(self, key: str) -> None:
         """Spend one token for ``key``, or raise :class:`RateLimited` with a retry time."""
-        if not self.enabled:
+        rate = self.rate
+        if rate <= 0:
             return
         now = self._clock()
         with self._lock:
             bucket = self._buckets.get(key)
             if bucket is None:
-                bucket = self._buckets[key] = _Bucket(float(self.burst), now)
-            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.updated) * self.rate)
-            bucket.updated = now
-            if bucket.tokens >= 1:
-                bucket.tokens -= 1
+                bucket = self._buckets[key] = [float(self.burst), now]
+            tokens = min(self.burst, bucket[0] + (now - bucket[1]) * rate)
+            bucket[1] = now
+            if tokens >= 1:
+                bucket[0] = tokens - 1
                 return
-            wait = (1 - bucket.tokens) / self.rate
+            bucket[0] = tokens
+            wait = (1 - tokens) / rate
         raise RateLimited("rate limit exceeded for this key", retry_after=wait)
