@@ -120,8 +120,7 @@ class KeyRing:
         self._revocations = (RevocationSignal(sqlite_path + ".revocations")
                              if sqlite_path is not None and RevocationSignal.available() else None)
         self._verified = _Verified(-1)
-        # Checked on every request: a prepared point lookup, so revocation (a committed
-        # row, whichever process wrote it) takes effect on the very next request.
+        # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
             select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
             .where(api_keys.c.key_id == bindparam("key_id"))
