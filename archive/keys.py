@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
@@ -30,6 +31,8 @@ from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unaut
 from archive.index import Index
 from archive.revocations import RevocationSignal
 from archive.schema import api_keys
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "amber"
 _KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
@@ -104,6 +107,19 @@ def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
     return fresh
 
 
+def _revocation_signal(sqlite_path: str | None) -> RevocationSignal | None:
+    """The signal beside a SQLite index; None (keys checked on every request) on PostgreSQL,
+    off POSIX, or where the file cannot be opened for writing (a read-only copy)."""
+    if sqlite_path is None or not RevocationSignal.available():
+        return None
+    try:
+        return RevocationSignal(sqlite_path + ".revocations", like=sqlite_path)
+    except OSError as error:
+        log.warning("cannot open the key revocation signal beside %s (%s): keys are checked "
+                    "on every request, and this process cannot revoke", sqlite_path, error.strerror)
+        return None
+
+
 @dataclass
 class _Verified:
     """Keys verified while the revocation signal stood at ``generation``, by digest."""
@@ -116,9 +132,9 @@ class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
-        sqlite_path = index.sqlite_path
-        self._revocations = (RevocationSignal(sqlite_path + ".revocations")
-                             if sqlite_path is not None and RevocationSignal.available() else None)
+        self._revocations = _revocation_signal(index.sqlite_path)
+        self._signal_path = (index.sqlite_path + ".revocations"
+                             if index.sqlite_path is not None and RevocationSignal.available() else None)
         self._verified = _Verified(-1)
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
@@ -159,6 +175,11 @@ class KeyRing:
         where = [api_keys.c.key_id == key_id]
         if tenant is not None:
             where.append(api_keys.c.tenant == tenant)
+        if self._revocations is None and self._signal_path is not None:
+            # Servers would go on trusting the key they remember: refuse rather than revoke
+            # where they cannot hear it.
+            raise ConfigurationError(f"cannot write the revocation signal {self._signal_path}; "
+                                     "revoke as the user that runs Amber")
         signal = self._revocations.revoking() if self._revocations else nullcontext()
         with signal, self.index.write() as connection:
             connection.execute(

@@ -43,9 +43,12 @@ _SIZE = 2 * _COPY.size
 
 
 class RevocationSignal:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, like: str) -> None:
+        """Map the signal at ``path``, creating it with the mode and owner of the file
+        ``like`` (the database), as SQLite does for its ``-wal`` and ``-shm`` files: whoever
+        runs the first command must not lock the server out of it."""
         self.path = path
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        descriptor = _open_like(path, like)
         try:
             if os.fstat(descriptor).st_size < _SIZE:
                 os.ftruncate(descriptor, _SIZE)  # zeros: generation 0, settled
@@ -60,8 +63,12 @@ class RevocationSignal:
 
     def settled_generation(self) -> int | None:
         """The current generation if settled (even, both copies agree), else None."""
-        first = _COPY.unpack_from(self._map, 0)[0]
+        if self._map.closed:
+            return None  # closing: check keys against the index
+        # The copy written last is read first (seqlock order): if it holds a new value, the
+        # other copy was complete before it was begun, so only a settled value reads equal.
         second = _COPY.unpack_from(self._map, _COPY.size)[0]
+        first = _COPY.unpack_from(self._map, 0)[0]
         if first != second or first % 2:
             return None
         return int(first)
@@ -101,6 +108,21 @@ class RevocationSignal:
             _write(descriptor, generation + 1 if generation % 2 else generation + 2)
         finally:
             os.close(descriptor)
+
+
+def _open_like(path: str, like: str) -> int:
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        model = os.stat(like)
+        os.fchmod(descriptor, model.st_mode & 0o666)
+        if os.geteuid() == 0:
+            os.fchown(descriptor, model.st_uid, model.st_gid)
+    except FileNotFoundError:
+        pass  # no database file yet: keep 0600, this process's user
+    return descriptor
 
 
 def _read(descriptor: int) -> int:

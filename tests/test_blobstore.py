@@ -258,6 +258,23 @@ def test_local_publish_failure_leaves_nothing_half_done(tmp_path: Path, monkeypa
     assert not store.exists(content_address(b"never tried"))
 
 
+def test_local_bytes_discarded_by_a_failed_publish_are_never_published_later(tmp_path: Path) -> None:
+    """The group commit retries each request of a failed batch alone: a retried publish of
+    discarded bytes must fail, not let rows point at a blob that was never stored."""
+    from archive.exceptions import StorageError
+
+    store = LocalBlobStore(tmp_path)
+    taken, neighbour = store.stage_many([b"its temp file vanishes", b"its neighbour"])
+    os.unlink(taken.pending.temp_name)  # e.g. removed by hand, or a disk error
+    with pytest.raises(StorageError):
+        store.publish([taken, neighbour])
+    for alone in (neighbour, taken):
+        with pytest.raises(StorageError):
+            store.publish([alone])
+    assert not store.exists(taken.blob.address) and not store.exists(neighbour.blob.address)
+    assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
+
+
 def test_local_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     data = b"interrupted write"

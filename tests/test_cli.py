@@ -338,9 +338,16 @@ def test_gc_collects_leftover_temp_files_and_says_so(tmp_path: Path) -> None:
 
     archive = Archive.open(Settings(data_dir=tmp_path / "d"))
     try:
-        leftover = archive.blobs.stage(b"staged by a process that then died").pending.temp_name
+        staged = archive.blobs.stage(b"staged by a process that then died").pending.temp_name
     finally:
         archive.close()
+    # Named as a dead process's temp file (the pid of a child that has exited), 3 hours old.
+    child = subprocess.Popen(["true"])
+    child.wait()
+    directory, name = os.path.split(staged)
+    _, digest, _, number = name.split(".")
+    leftover = os.path.join(directory, f".{digest}.{child.pid}.{number}")
+    os.rename(staged, leftover)
     old = time.time() - 3 * 3600
     os.utime(leftover, (old, old))
     env = {"AMBER_DATA_DIR": str(tmp_path / "d")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -273,22 +274,39 @@ def local_archive(tmp_path: Any) -> Iterator[Archive]:
     archive.close()
 
 
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def left_by_a_dead_writer(staged: Any, hours_ago: float) -> str:
+    """Rename a staged temp file as if a process that has since died had written it."""
+    directory, name = os.path.split(staged.pending.temp_name)
+    _, digest, _, number = name.split(".")
+    leftover = os.path.join(directory, f".{digest}.{dead_pid()}.{number}")
+    os.rename(staged.pending.temp_name, leftover)
+    when = (utc_now() - timedelta(hours=hours_ago)).timestamp()
+    os.utime(leftover, (when, when))
+    return leftover
+
+
 def test_leftover_temp_files_are_collected_after_the_safety_age(local_archive: Archive) -> None:
     archive = local_archive
-    died = archive.blobs.stage(b"staged, then the process died before publishing")
-    in_flight = archive.blobs.stage(b"staged just now by a write still in flight")
+    died = left_by_a_dead_writer(archive.blobs.stage(b"staged, then the process died"), 3)
+    died_lately = left_by_a_dead_writer(archive.blobs.stage(b"died a moment ago"), 0)
+    stalled = archive.blobs.stage(b"staged hours ago by a write of this (live) process")
+    long_ago = (utc_now() - timedelta(hours=3)).timestamp()
+    os.utime(stalled.pending.temp_name, (long_ago, long_ago))
     kept = capture(archive, b"a real memento")
-    old = (utc_now() - timedelta(hours=3)).timestamp()
-    os.utime(died.pending.temp_name, (old, old))
-    assert len(list(archive.blobs.temp_files())) == 2
-    assert len(archive.retention.collect_temp_files(safety_age=timedelta(hours=1), dry_run=True)) == 1
-    assert len(list(archive.blobs.temp_files())) == 2  # a dry run deletes nothing
-    collected = archive.retention.collect_temp_files(safety_age=timedelta(hours=1))
-    assert collected == [died.pending.temp_name]
-    assert [path for path, _ in archive.blobs.temp_files()] == [in_flight.pending.temp_name]
-    archive.blobs.publish([in_flight])  # the in-flight write still completes
-    assert archive.blobs.get(in_flight.blob.address) == b"staged just now by a write still in flight"
-    assert not archive.blobs.exists(died.blob.address)
+    assert sorted(path for path, _ in archive.blobs.temp_files()) == sorted([died, died_lately])
+    assert archive.retention.collect_temp_files(safety_age=timedelta(hours=1), dry_run=True) == [died]
+    assert os.path.exists(died)  # a dry run deletes nothing
+    assert archive.retention.collect_temp_files(safety_age=timedelta(hours=1)) == [died]
+    assert not os.path.exists(died) and os.path.exists(died_lately)  # too young yet
+    archive.blobs.publish([stalled])  # a live writer's file is never taken from it
+    assert archive.blobs.get(stalled.blob.address) == b"staged hours ago by a write of this (live) process"
     assert archive.read_content(kept) == b"a real memento"
 
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from live_server import amber_command, clean_environ
 
+from archive import revocations
 from archive.archive import Archive
 from archive.config import Settings
-from archive.exceptions import Unauthenticated
+from archive.exceptions import ConfigurationError, Unauthenticated
 from archive.keys import Role
 from archive.revocations import RevocationSignal
 
@@ -27,7 +28,7 @@ def _write_copies(path: Path, first: int, second: int) -> None:
 
 
 def test_a_revocation_moves_the_generation_through_odd_to_the_next_even(tmp_path: Path) -> None:
-    signal = RevocationSignal(str(tmp_path / "index.revocations"))
+    signal = RevocationSignal(str(tmp_path / "index.revocations"), like=str(tmp_path / "index"))
     assert signal.settled_generation() == 0
     with signal.revoking():
         assert signal.settled_generation() is None  # keys are checked while it commits
@@ -36,6 +37,7 @@ def test_a_revocation_moves_the_generation_through_odd_to_the_next_even(tmp_path
         raise RuntimeError("the commit failed")
     assert signal.settled_generation() == 4  # settled again: caches flushed for nothing
     signal.close()
+    assert signal.settled_generation() is None  # closed: keys are checked, no crash
 
 
 @pytest.mark.parametrize("copies", [(3, 3), (4, 2), (6, 5)], ids=["odd", "torn", "torn-odd"])
@@ -44,10 +46,10 @@ def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
 ) -> None:
     """What a revoker killed mid-way leaves: an odd generation, or copies that differ."""
     path = tmp_path / "index.revocations"
-    running = RevocationSignal(str(path))
+    running = RevocationSignal(str(path), like=str(tmp_path / "index"))
     _write_copies(path, *copies)
     assert running.settled_generation() is None  # seen at once through the shared mapping
-    opened = RevocationSignal(str(path))  # another process opening the index
+    opened = RevocationSignal(str(path), like=str(tmp_path / "index"))  # another process
     settled = opened.settled_generation()
     assert settled is not None and settled > max(copies)
     assert running.settled_generation() == settled
@@ -56,8 +58,8 @@ def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
 
 
 def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(tmp_path: Path) -> None:
-    path = str(tmp_path / "index.revocations")
-    revoker = RevocationSignal(path)
+    path, like = str(tmp_path / "index.revocations"), str(tmp_path / "index")
+    revoker = RevocationSignal(path, like=like)
     inside, release = threading.Event(), threading.Event()
 
     def revoke() -> None:
@@ -69,7 +71,7 @@ def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(
     thread.start()
     try:
         assert inside.wait(10)
-        opened = RevocationSignal(path)
+        opened = RevocationSignal(path, like=like)
         assert opened.settled_generation() is None  # still committing: left alone
     finally:
         release.set()
@@ -77,6 +79,44 @@ def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(
     assert opened.settled_generation() == 2
     opened.close()
     revoker.close()
+
+
+def test_the_signal_file_takes_the_databases_mode(tmp_path: Path) -> None:
+    """Like SQLite's -wal and -shm files: whoever opens the index first must not lock the
+    server's user out of the signal."""
+    database = tmp_path / "index.sqlite3"
+    database.write_bytes(b"")
+    database.chmod(0o660)
+    signal = RevocationSignal(str(tmp_path / "index.sqlite3.revocations"), like=str(database))
+    assert (tmp_path / "index.sqlite3.revocations").stat().st_mode & 0o777 == 0o660
+    signal.close()
+
+
+def test_a_process_that_cannot_open_the_signal_checks_every_key_and_cannot_revoke(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    issued = archive.keys.create("default", Role.AGENT)
+    archive.close()
+    real_open = os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".revocations"):  # as for another user's 0600 file
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(revocations.os, "open", refusing)
+    reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    try:
+        lookups = _count_lookups(reader, monkeypatch)
+        for _ in range(2):
+            assert reader.keys.authenticate(issued.key).key_id == issued.info.key_id
+        assert len(lookups) == 2  # nothing remembered without the signal
+        with pytest.raises(ConfigurationError):
+            reader.keys.revoke(issued.info.key_id)  # others would never hear of it
+        assert reader.keys.authenticate(issued.key).key_id == issued.info.key_id  # not revoked
+    finally:
+        reader.close()
 
 
 @pytest.fixture()
@@ -124,7 +164,8 @@ def test_while_a_revocation_commits_every_request_checks_its_key(
     issued = embedded.keys.create("default", Role.AGENT)
     embedded.keys.authenticate(issued.key)
     lookups = _count_lookups(embedded, monkeypatch)
-    signal = RevocationSignal(embedded.index.sqlite_path + ".revocations")  # type: ignore[operator]
+    database = str(embedded.index.sqlite_path)
+    signal = RevocationSignal(database + ".revocations", like=database)
     with signal.revoking():
         for _ in range(3):
             embedded.keys.authenticate(issued.key)

@@ -111,6 +111,11 @@ class LocalBlobStore:
         of two fsyncs per blob, and no blob is ever visible before its bytes are durable.
         """
         pending = [one.pending for one in staged if isinstance(one.pending, _Staged)]
+        if any(item.discarded for item in pending):
+            # A failed publish discarded these bytes: publishing "nothing to rename" now
+            # would let rows point at a blob that was never stored.
+            self._discard(staged)
+            raise StorageError("staged bytes were discarded by a failed publish; retry the write")
         try:
             new = [p.temp_name for p in pending if p.temp_name is not None]
             if self.durable and new:
@@ -132,6 +137,7 @@ class LocalBlobStore:
             if isinstance(item, _Staged) and item.temp_name is not None:
                 _remove_quietly(item.temp_name)
                 item.temp_name = None
+                item.discarded = True
 
     def get(self, address: str, version_id: str | None = None) -> bytes:
         digest = parse_address(address)
@@ -199,18 +205,23 @@ class LocalBlobStore:
                         yield f"{ALGORITHM}:{blob.name}"
 
     def temp_files(self) -> Iterator[tuple[str, datetime]]:
-        """(path, last modified) of every temp file: bytes of writes that were staged and
-        never published — the process died in between. In-flight writes have them too, for
-        the moment between stage and publish, so callers must leave recent ones alone."""
+        """(path, last modified) of temp files left by writers that are no longer running:
+        bytes staged and never published because the process died in between. Files of a
+        live process (this one included) are in flight — or stalled, but still to be
+        published — and are never listed; callers also leave recent ones alone."""
         for first in sorted(self.root.iterdir()):
             if not first.is_dir():
                 continue
             for second in sorted(first.iterdir()):
                 with os.scandir(second) as entries:
                     for entry in entries:
-                        if entry.name.startswith(_TEMP_PREFIX):
+                        if not entry.name.startswith(_TEMP_PREFIX) or _writer_alive(entry.name):
+                            continue
+                        try:
                             modified = entry.stat(follow_symlinks=False).st_mtime
-                            yield entry.path, datetime.fromtimestamp(modified, UTC)
+                        except FileNotFoundError:
+                            continue  # published or discarded meanwhile
+                        yield entry.path, datetime.fromtimestamp(modified, UTC)
 
     def remove_temp_file(self, path: str) -> None:
         """Delete one of :meth:`temp_files` (nothing refers to it: it never got a name)."""
@@ -276,6 +287,7 @@ class _Staged:
     path: str  # where the blob goes
     temp_name: str | None  # the temp file holding its bytes until renamed; None once named
     directories: tuple[str, ...]  # whose entries must be durable (parent, created dirs' parents)
+    discarded: bool = False  # its temp file was removed unpublished: it can never be published
 
 
 # Temp names: unique per process (pid) and per write (counter); O_EXCL catches a leftover of
@@ -303,6 +315,21 @@ def _write_temp(directory: str, digest: str, data: bytes) -> str:
         _remove_quietly(name)
         raise
     return name
+
+
+def _writer_alive(temp_name: str) -> bool:
+    """Whether the process that staged this temp file (``.tmp-<digest>.<pid>.<n>``) still
+    runs. Names without a pid (older versions) count as not running: age alone decides."""
+    parts = temp_name.split(".")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return False
+    try:
+        os.kill(int(parts[2]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
