@@ -22,7 +22,9 @@ A revoker that dies between its two writes leaves the generation odd: keys are t
 on every request — correct, only slower — until the next revocation, or until an Amber
 process opens the index and, finding no revoker holding the lock, settles it. Revoking by
 hand in the database (not through Amber) bypasses the signal: revoke with ``amber keys
-revoke`` or the admin API.
+revoke`` or the admin API. The file is found by its path and mapped at start: deleting or
+replacing it while servers run (say, restoring a backup over the data directory) leaves
+them mapping the old one until they restart.
 """
 
 from __future__ import annotations
