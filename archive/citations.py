@@ -352,10 +352,9 @@ class CitationDesk:
         now = utc_now()
         passages, documents, rows = [], [], []
         contents: dict[str, bytes] = {}
-        # Passage blobs are independent files/objects: store them concurrently (each put is
-        # durable on its own; their fsyncs or S3 round trips overlap instead of queueing).
-        # Written now; the group commit makes them durable together with concurrent requests'
-        # passages (local store: two filesystem syncs per batch), before any row points at them.
+        # Written now (S3: uploaded concurrently); the group commit makes them durable together
+        # with concurrent requests' passages (local store: two filesystem syncs per batch),
+        # before any row points at them.
         lock = self.archive.initial_lock(now)
         staged = self.archive.blobs.stage_many([plan.passage_bytes for plan in planned], retain_until=lock)
         stored = [one.blob for one in staged]
@@ -371,7 +370,7 @@ class CitationDesk:
                 documents.append(document)
                 document_id = document.id
             rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
-        # The blobs are durable; the rows commit together with concurrent requests' rows.
+        # Published and committed together with concurrent requests' passages and rows.
         return self._committer.submit(_StoreJob(
             tenant, transcript, [*documents, *passages], rows, contents, staged, errors,
             idempotency_key, request_hash, now,

@@ -130,6 +130,9 @@ class Index:
             ids = func.json_each(bindparam("ids", type_=Text)).table_valued("value")
             self._mementos_by_ids = self.lookups.prepare(
                 select(mementos).where(mementos.c.id.in_(select(ids.c.value))))
+            self._blob_states_by_address = self.lookups.prepare(
+                select(blobs.c.address, blobs.c.state, blobs.c.version_id)
+                .where(blobs.c.address.in_(select(ids.c.value))))
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
@@ -232,13 +235,11 @@ class Index:
     def _blob_states(self, connection: Connection, addresses: list[str]) -> list[tuple[Any, ...]]:
         """(address, state, version_id) of these blobs, inside the write transaction."""
         if self.dialect == "sqlite":
-            # On the driver: every write batch asks, and Core's expanding IN costs more than
-            # the query. SQLite takes the write lock at BEGIN IMMEDIATE, so no row lock is needed.
-            marks = ",".join("?" * len(addresses))
-            driver: Any = connection.connection.dbapi_connection
-            rows = driver.execute(
-                f"SELECT address, state, version_id FROM blobs WHERE address IN ({marks})", addresses)
-            return list(rows.fetchall())
+            # Every write batch asks: one prepared statement on the driver, as for mementos.
+            # SQLite took the write lock at BEGIN IMMEDIATE, so no row lock is needed.
+            rows = self.lookups.all_on(connection.connection.dbapi_connection,
+                                       self._blob_states_by_address, ids=json.dumps(addresses))
+            return [tuple(row) for row in rows]
         query = (select(blobs.c.address, blobs.c.state, blobs.c.version_id)
                  .where(blobs.c.address.in_(addresses))
                  .with_for_update())  # serialises with the sweep's per-blob deletion

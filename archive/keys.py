@@ -107,16 +107,16 @@ def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
     return fresh
 
 
-def _revocation_signal(sqlite_path: str | None) -> RevocationSignal | None:
-    """The signal beside a SQLite index; None (keys checked on every request) on PostgreSQL,
-    off POSIX, or where the file cannot be opened for writing (a read-only copy)."""
-    if sqlite_path is None or not RevocationSignal.available():
+def _open_signal(path: str | None, database: str | None) -> RevocationSignal | None:
+    """The revocation signal beside a SQLite index; None (keys checked on every request)
+    without one — PostgreSQL, not POSIX — or where it cannot be opened (a read-only copy)."""
+    if path is None or database is None:
         return None
     try:
-        return RevocationSignal(sqlite_path + ".revocations", like=sqlite_path)
+        return RevocationSignal(path, like=database)
     except OSError as error:
-        log.warning("cannot open the key revocation signal beside %s (%s): keys are checked "
-                    "on every request, and this process cannot revoke", sqlite_path, error.strerror)
+        log.warning("cannot open the key revocation signal %s (%s): keys are checked on every "
+                    "request, and this process cannot revoke", path, error.strerror)
         return None
 
 
@@ -132,9 +132,10 @@ class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
-        self._revocations = _revocation_signal(index.sqlite_path)
-        self._signal_path = (index.sqlite_path + ".revocations"
-                             if index.sqlite_path is not None and RevocationSignal.available() else None)
+        database = index.sqlite_path
+        self._signal_path = (database + ".revocations"
+                             if database is not None and RevocationSignal.available() else None)
+        self._revocations = _open_signal(self._signal_path, database)
         self._verified = _Verified(-1)
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(

@@ -33,6 +33,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_http import _proc_cpu_seconds as process_cpu_seconds  # the sibling script
+
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = 1200
 
@@ -98,15 +101,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def server_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU of a process so far (Linux /proc; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(data_dir: str, amber_root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
@@ -183,10 +177,10 @@ def main() -> None:
                             with lock:
                                 done[0] += len(response.json()["citations"])
 
-                cpu_before = server_cpu_seconds(server.pid)
+                cpu_before = process_cpu_seconds(server.pid)
                 elapsed = run_threads(worker, args.clients)
-                cpu_after = server_cpu_seconds(server.pid)
-                per_citation = ("" if cpu_before is None or cpu_after is None or not done[0] else
+                cpu_after = process_cpu_seconds(server.pid)
+                per_citation = ("" if not cpu_after or not done[0] else  # 0.0: no /proc here
                                 f"; server CPU {(cpu_after - cpu_before) / done[0] * 1e6:,.0f} µs per citation, "
                                 f"{(cpu_after - cpu_before) / elapsed:.0%} of a core")
                 print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "

@@ -50,6 +50,11 @@ class LocalBlobStore:
         digest = parse_address(address)
         return self.root / digest[:2] / digest[2:4] / digest
 
+    def _location(self, digest: str) -> tuple[str, str]:
+        """(shard directory, blob path) of a digest, as plain strings (see path_for)."""
+        directory = os.path.join(self._root, digest[:2], digest[2:4])
+        return directory, os.path.join(directory, digest)
+
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
         """Store ``data``, durable when it returns; ``retain_until`` is ignored (no
         storage-level lock here)."""
@@ -86,8 +91,7 @@ class LocalBlobStore:
         # Plain strings and descriptors: a request stages one blob per passage it cites, and
         # pathlib plus tempfile cost several times the system calls they make.
         digest = address[_DIGEST_START:]
-        directory = os.path.join(self._root, digest[:2], digest[2:4])
-        path = os.path.join(directory, digest)
+        directory, path = self._location(digest)
         if os.path.exists(path):
             # Perhaps renamed in by a concurrent put whose directory sync is still to come.
             return StagedBlob(StoredBlob(address=address, size=len(data), created=False),
@@ -140,10 +144,9 @@ class LocalBlobStore:
                 item.discarded = True
 
     def get(self, address: str, version_id: str | None = None) -> bytes:
-        digest = parse_address(address)
         # A plain string path and descriptor: a Path and a buffered file object cost more
         # than reading a small blob (URI-M resolution is the hottest path).
-        path = os.path.join(self._root, digest[:2], digest[2:4], digest)
+        _, path = self._location(parse_address(address))
         try:
             descriptor = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -196,32 +199,32 @@ class LocalBlobStore:
                 _fsync_directory_if_present(directory)
 
     def addresses(self) -> Iterator[str]:
-        for first in sorted(self.root.iterdir()):
-            if not first.is_dir():
-                continue
-            for second in sorted(first.iterdir()):
-                for blob in sorted(second.iterdir()):
-                    if not blob.name.startswith(_TEMP_PREFIX):
-                        yield f"{ALGORITHM}:{blob.name}"
+        for shard in self._shards():
+            for blob in sorted(shard.iterdir()):
+                if not blob.name.startswith(_TEMP_PREFIX):
+                    yield f"{ALGORITHM}:{blob.name}"
 
     def temp_files(self) -> Iterator[tuple[str, datetime]]:
         """(path, last modified) of temp files left by writers that are no longer running:
         bytes staged and never published because the process died in between. Files of a
         live process (this one included) are in flight — or stalled, but still to be
         published — and are never listed; callers also leave recent ones alone."""
+        for shard in self._shards():
+            with os.scandir(shard) as entries:
+                for entry in entries:
+                    if not entry.name.startswith(_TEMP_PREFIX) or _writer_alive(entry.name):
+                        continue
+                    try:
+                        modified = entry.stat(follow_symlinks=False).st_mtime
+                    except FileNotFoundError:
+                        continue  # published or discarded meanwhile
+                    yield entry.path, datetime.fromtimestamp(modified, UTC)
+
+    def _shards(self) -> Iterator[Path]:
+        """The ``<2 hex>/<2 hex>`` directories, in order."""
         for first in sorted(self.root.iterdir()):
-            if not first.is_dir():
-                continue
-            for second in sorted(first.iterdir()):
-                with os.scandir(second) as entries:
-                    for entry in entries:
-                        if not entry.name.startswith(_TEMP_PREFIX) or _writer_alive(entry.name):
-                            continue
-                        try:
-                            modified = entry.stat(follow_symlinks=False).st_mtime
-                        except FileNotFoundError:
-                            continue  # published or discarded meanwhile
-                        yield entry.path, datetime.fromtimestamp(modified, UTC)
+            if first.is_dir():
+                yield from sorted(first.iterdir())
 
     def remove_temp_file(self, path: str) -> None:
         """Delete one of :meth:`temp_files` (nothing refers to it: it never got a name)."""
@@ -297,13 +300,13 @@ _temp_numbers = itertools.count()
 
 def _write_temp(directory: str, digest: str, data: bytes) -> str:
     """A temp file in ``directory`` holding ``data`` (not yet synced); returns its name."""
-    while True:
+    while True:  # the name format is read back by _writer_alive
         name = os.path.join(directory, f"{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}")
         try:
             descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            break
         except FileExistsError:
-            continue
-        break
+            continue  # an earlier process with the same pid left it
     try:
         try:
             view = memoryview(data)
@@ -370,7 +373,7 @@ def _sync_files(root: str, names: Iterable[str]) -> None:
                 os.close(fd)
 
 
-def _sync_directories(root: str, directories: Iterable[str | Path]) -> None:
+def _sync_directories(root: str, directories: Iterable[str]) -> None:
     if not _sync_filesystem(root):
         for directory in sorted(directories):
             _fsync_directory(directory)
