@@ -33,6 +33,12 @@ from archive.config import Settings
 from archive.dates import utc_now
 from archive.drift import VERDICTS, CheckRecord
 
+# Generous enough that a loaded CI machine (SeaweedFS and PostgreSQL beside the tests) never
+# times out an answering origin -- at 0.5 s one did, once, and turned "identical" into
+# "unreachable" -- and short enough that the timeout case stays quick.
+FETCH_TIMEOUT = 2.0
+
+
 # -- the fixture web ----------------------------------------------------------------------
 
 
@@ -205,7 +211,7 @@ CASES = [
     Case("soft-404", ORIGINAL, LEAVE, Reply(200, page(
         "Sorry, the page you were looking for could not be found.", "Try the search box above.",
         title="Page not found")), "soft_404"),
-    Case("timeout", ORIGINAL, LEAVE, Reply(body=ORIGINAL + b" ", delay=2.5), "unreachable"),
+    Case("timeout", ORIGINAL, LEAVE, Reply(body=ORIGINAL + b" ", delay=3 * FETCH_TIMEOUT), "unreachable"),
     Case("server-error", ORIGINAL, LEAVE, Reply(500, b"<html><body>Internal error</body></html>"),
          "unreachable"),
     Case("pdf-changed", PDF_ORIGINAL, "Operating costs rose by 12 percent in 2024.", Reply(
@@ -227,7 +233,7 @@ def settings(settings: Settings) -> Settings:
     """The backend pair's settings, with the loopback origin opened and a fast drift policy."""
     return settings.with_overrides(
         fetch_allow=("127.0.0.1",),
-        extra={"drift": {"host_delay_seconds": 0.0, "host_concurrency": 8, "timeout_seconds": 0.5,
+        extra={"drift": {"host_delay_seconds": 0.0, "host_concurrency": 8, "timeout_seconds": FETCH_TIMEOUT,
                          "concurrency": 16}},
     )
 
@@ -570,7 +576,7 @@ def test_keep_document_archives_the_live_page(client: Any, settings: Settings, w
 
 def _cli_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
     config = tmp_path / "amber.toml"
-    config.write_text("[drift]\nhost_delay_seconds = 0.0\nhost_concurrency = 8\ntimeout_seconds = 0.5\n")
+    config.write_text(f"[drift]\nhost_delay_seconds = 0.0\nhost_concurrency = 8\ntimeout_seconds = {FETCH_TIMEOUT}\n")
     env = env_for(settings)
     env["AMBER_CONFIG"] = str(config)
     return env
