@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
-from archive.blobstore.base import StagedBlob
+from archive.blobstore.base import StagedBlob, discard_on_failure
 from archive.citations import CitationDesk
 from archive.committer import GroupCommitter
 from archive.config import Settings
@@ -157,24 +157,25 @@ class Archive:
             parse_uri_r(facts.final_url, self.settings.internal_schemes)
         # Written now, made durable by the group commit together with concurrent writes.
         staged = self.blobs.stage(request.content, retain_until=self.initial_lock(archived_at))
-        stored = staged.blob
-        memento = Memento(
-            id=memento_id(tenant, uri.key, captured_at, stored.address),
-            tenant=tenant,
-            uri_r=uri.raw,
-            urir_key=uri.key,
-            captured_at=captured_at,
-            archived_at=archived_at,
-            content_hash=stored.address,
-            blob_version_id=stored.version_id,
-            media_type=media_type,
-            size=stored.size,
-            scope=request.scope,
-            facts=facts,
-        )
-        return self._committer.submit(
-            _PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
-        )
+        with discard_on_failure(self.blobs, [staged]):
+            stored = staged.blob
+            memento = Memento(
+                id=memento_id(tenant, uri.key, captured_at, stored.address),
+                tenant=tenant,
+                uri_r=uri.raw,
+                urir_key=uri.key,
+                captured_at=captured_at,
+                archived_at=archived_at,
+                content_hash=stored.address,
+                blob_version_id=stored.version_id,
+                media_type=media_type,
+                size=stored.size,
+                scope=request.scope,
+                facts=facts,
+            )
+            return self._committer.submit(
+                _PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
+            )
 
     def initial_lock(self, archived_at: datetime) -> datetime | None:
         """With S3 Object Lock, a new blob is locked for the grace period from the start;

@@ -28,7 +28,7 @@ from typing import Any
 import blake3
 from sqlalchemy import select
 
-from archive.blobstore.base import StagedBlob, StoredBlob
+from archive.blobstore.base import StagedBlob, StoredBlob, discard_on_failure
 from archive.committer import GroupCommitter
 from archive.config import CitationPolicy
 from archive.dates import utc_now
@@ -357,24 +357,25 @@ class CitationDesk:
         # before any row points at them.
         lock = self.archive.initial_lock(now)
         staged = self.archive.blobs.stage_many([plan.passage_bytes for plan in planned], retain_until=lock)
-        stored = [one.blob for one in staged]
-        for plan, blob in zip(planned, stored, strict=True):
-            contents[blob.address] = plan.passage_bytes
-            if self.policy.keep_document:
-                contents[plan.evidence.document_hash] = plan.evidence.content
-            passage = self._passage_memento(tenant, plan, blob, now)
-            passages.append(passage)
-            document_id = plan.evidence.memento.id if plan.evidence.memento else None
-            if document_id is None and self.policy.keep_document:
-                document = self._document_memento(tenant, plan, now)
-                documents.append(document)
-                document_id = document.id
-            rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
-        # Published and committed together with concurrent requests' passages and rows.
-        return self._committer.submit(_StoreJob(
-            tenant, transcript, [*documents, *passages], rows, contents, staged, errors,
-            idempotency_key, request_hash, now,
-        ))
+        with discard_on_failure(self.archive.blobs, staged):
+            stored = [one.blob for one in staged]
+            for plan, blob in zip(planned, stored, strict=True):
+                contents[blob.address] = plan.passage_bytes
+                if self.policy.keep_document:
+                    contents[plan.evidence.document_hash] = plan.evidence.content
+                passage = self._passage_memento(tenant, plan, blob, now)
+                passages.append(passage)
+                document_id = plan.evidence.memento.id if plan.evidence.memento else None
+                if document_id is None and self.policy.keep_document:
+                    document = self._document_memento(tenant, plan, now)
+                    documents.append(document)
+                    document_id = document.id
+                rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
+            # Published and committed together with concurrent requests' passages and rows.
+            return self._committer.submit(_StoreJob(
+                tenant, transcript, [*documents, *passages], rows, contents, staged, errors,
+                idempotency_key, request_hash, now,
+            ))
 
     def _commit_jobs(self, jobs: Sequence[_StoreJob]) -> list[CiteResult | BaseException]:
         """One transaction for a batch of requests' citations (group commit).

@@ -12,6 +12,7 @@ import pytest
 
 from archive.archive import Archive, MementoRequest
 from archive.blobstore.local import LocalBlobStore
+from archive.citations import CitationRequest, QuoteRequest
 from archive.exceptions import StorageError
 from archive.mementos import CaptureFacts
 
@@ -74,3 +75,28 @@ def test_concurrent_writes_share_a_publish(archive: Archive, monkeypatch: Any) -
         assert archive.read_content(result.memento) == content
     if isinstance(archive.blobs, LocalBlobStore):  # S3 stored each object in stage()
         assert not list(archive.blobs.root.rglob(".tmp-*"))
+
+
+def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(archive: Archive, monkeypatch: Any) -> None:
+    """Staged passage and memento bytes whose write fails before the group commit (here the
+    committer refuses, as when the server is shutting down) are removed at once: captured
+    text nothing refers to must not wait for ``amber gc`` and this process's exit."""
+    archive.transcripts.put("default", "t-failing", "P1Y", {})
+    document = archive.write_memento(MementoRequest(
+        uri_r="https://ex.org/policy", content=b"<p>Staff may carry over five days of leave.</p>",
+        content_type="text/html", facts=CaptureFacts(tool="http.get"))).memento
+
+    def refusing_submit(item: Any) -> Any:
+        raise RuntimeError("committer is closed")
+
+    monkeypatch.setattr(archive._committer, "submit", refusing_submit)
+    monkeypatch.setattr(archive.citations._committer, "submit", refusing_submit)
+    with pytest.raises(RuntimeError):
+        archive.write_memento(request(b"never committed"))
+    with pytest.raises(RuntimeError):
+        archive.citations.cite("default", "t-failing", [CitationRequest(
+            quote=QuoteRequest("carry over five days"), memento_id=document.id)])
+    assert [memento_id for memento_id, _, _ in archive.index.all_memento_blobs()] == [document.id]
+    if isinstance(archive.blobs, LocalBlobStore):  # S3 stored each object in stage(): gc's orphans
+        assert not list(archive.blobs.root.rglob(".tmp-*"))
+        assert sorted(archive.blobs.addresses()) == [document.content_hash]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -70,6 +71,11 @@ class BlobStore(Protocol):
         """Make staged blobs durable and visible under their addresses (raises StorageError)."""
         ...
 
+    def discard(self, staged: Sequence[StagedBlob]) -> None:
+        """Forget staged blobs that will not be published (the write failed before its
+        commit); published or already durable ones are left alone."""
+        ...
+
     def get(self, address: str, version_id: str | None = None) -> bytes: ...
 
     def exists(self, address: str) -> bool: ...
@@ -128,3 +134,14 @@ def ceil_to_second(moment: datetime) -> datetime:
     if moment.microsecond:
         moment = moment.replace(microsecond=0) + timedelta(seconds=1)
     return moment
+
+
+@contextmanager
+def discard_on_failure(store: BlobStore, staged: Sequence[StagedBlob]) -> Iterator[None]:
+    """Around the steps from staging to the commit that publishes: if they fail, the staged
+    bytes are removed at once rather than left as captured text nothing refers to."""
+    try:
+        yield
+    except BaseException:
+        store.discard(staged)  # published ones are left alone
+        raise

@@ -79,7 +79,7 @@ class LocalBlobStore:
                 first[data] = one.blob
                 staged.append(one)
         except BaseException:
-            self._discard(staged)
+            self.discard(staged)
             raise
         return staged
 
@@ -118,7 +118,7 @@ class LocalBlobStore:
         if any(item.discarded for item in pending):
             # A failed publish discarded these bytes: publishing "nothing to rename" now
             # would let rows point at a blob that was never stored.
-            self._discard(staged)
+            self.discard(staged)
             raise StorageError("staged bytes were discarded by a failed publish; retry the write")
         try:
             new = [p.temp_name for p in pending if p.temp_name is not None]
@@ -131,11 +131,13 @@ class LocalBlobStore:
             if self.durable and pending:
                 _sync_directories(self._root, {d for p in pending for d in p.directories})
         except OSError as exc:
-            self._discard(staged)
+            self.discard(staged)
             raise StorageError("could not write blobs to the local store") from exc
 
-    @staticmethod
-    def _discard(staged: Sequence[StagedBlob]) -> None:
+    def discard(self, staged: Sequence[StagedBlob]) -> None:
+        """Remove the temp files of staged blobs not yet published: captured text that
+        nothing will refer to (``amber gc`` would otherwise find it only once this process
+        has exited)."""
         for one in staged:
             item = one.pending
             if isinstance(item, _Staged) and item.temp_name is not None:

@@ -205,6 +205,11 @@ class S3BlobStore:
     def publish(self, staged: Sequence[StagedBlob]) -> None:
         return None  # staged blobs were stored by stage()
 
+    def discard(self, staged: Sequence[StagedBlob]) -> None:
+        # Stored by stage(): bytes no row points at are `amber gc`'s to collect (orphans),
+        # as after any write that failed past its upload.
+        return None
+
     def get(self, address: str, version_id: str | None = None) -> bytes:
         key = self.key_for(address)
         data = self._retry("GET", address, lambda: self._get_once(key, address, version_id))
