@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from bench_http import (  # the sibling script, imported as a module
     PhaseResult,
     Server,
     _environment,
+    remove_data,
     run_phase,
     start_amber,
 )
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pairs = measure(args, work_dir)
     finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
+        remove_data(work_dir)
     summary = summarize(pairs)
     if args.json:
         print(json.dumps({"environment": env, "summary": summary,

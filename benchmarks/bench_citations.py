@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_citations.py [--seconds 10] [--clients 8] [--libr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import socket
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_http import _proc_cpu_seconds as process_cpu_seconds  # the sibling script
+from bench_http import remove_data
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = 1200
@@ -97,6 +100,15 @@ class Editions:
         return self._documents[edition]
 
 
+@contextlib.contextmanager
+def fresh_data_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="amber-bench-citations-")
+    try:
+        yield path
+    finally:
+        remove_data(Path(path))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -140,7 +152,7 @@ def main() -> None:
     html, _ = page()
     source = {"uri_r": "https://policy.example/terms", "content": html.decode(),
               "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200}
-    with tempfile.TemporaryDirectory() as data_dir:
+    with fresh_data_dir() as data_dir:
         server, base, key = start(data_dir, args.amber_root.resolve())
         try:
             headers = {"Authorization": f"Bearer {key}"}
@@ -219,7 +231,7 @@ def library(seconds: float, clients: int) -> None:
     from archive.config import Settings
     from archive.mementos import CaptureFacts
 
-    with tempfile.TemporaryDirectory() as data_dir:
+    with fresh_data_dir() as data_dir:
         archive = Archive.open(Settings(data_dir=Path(data_dir)))
         try:
             batches, lock, done = itertools.count(), threading.Lock(), [0]

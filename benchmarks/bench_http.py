@@ -88,6 +88,20 @@ def percentile(sorted_values: list[float], q: float) -> float:
 # --------------------------------------------------------------------------------------
 
 
+def remove_data(path: Path) -> None:
+    """Delete a run's data dir, saying what that does to the next run.
+
+    ext4 does not hand out an inode freed in the last 60-300 s again; it scans past each
+    one (``recently_deleted`` in the kernel). Right after tens of thousands of blobs were
+    deleted, creating files and directories costs measurably more kernel time: measured
+    here, library writes went from 390 to 613 to 803 µs of system CPU per write over three
+    back-to-back runs.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    print(f"removed {path}; ext4 keeps freed inodes out of reuse for 1-5 minutes, so a run "
+          "started sooner pays slower file creation (benchmarks/README.md)", file=sys.stderr)
+
+
 def _proc_cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
     try:
@@ -800,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep:
             print(f"kept {work_dir}", file=sys.stderr)
         else:
-            shutil.rmtree(work_dir, ignore_errors=True)
+            remove_data(work_dir)
     ratios = ratios_of(results)
     if args.json:
         print(json.dumps({"environment": env, "results": [asdict(r) for r in results],
