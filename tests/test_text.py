@@ -93,9 +93,9 @@ def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> by
 
 
 def test_extractors_are_named_and_versioned() -> None:
-    assert HTML_EXTRACTOR == "amber-html" and HTML_EXTRACTOR_VERSION.startswith("1+lexbor-")
+    assert HTML_EXTRACTOR == "amber-html" and HTML_EXTRACTOR_VERSION.startswith("2+lexbor-")
     assert PDF_EXTRACTOR == "amber-pdf" and PDF_EXTRACTOR_VERSION.startswith("1+pdfium-")
-    assert PLAIN_EXTRACTOR == "amber-plain" and PLAIN_EXTRACTOR_VERSION == "1"
+    assert PLAIN_EXTRACTOR == "amber-plain" and PLAIN_EXTRACTOR_VERSION == "2"
     assert extract_text(b"<p>x</p>", "text/html") == ExtractedText("x", HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
     assert extract_text(b"x", "text/plain") == ExtractedText("x", PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION)
 
@@ -244,6 +244,22 @@ def test_html_defaults_to_utf8_with_replacement() -> None:
     assert extract_text("<p>\u00e9</p>".encode(), "text/html").text == "\u00e9"
     assert extract_text(b"<p>a\xffb</p>", "text/html").text == "a\ufffdb"
     assert extract_text(b"<p>a\x00b</p>", "text/html").text == "ab"
+
+
+@pytest.mark.parametrize("label", ["idna", "punycode", "unicode_escape", "raw_unicode_escape", "utf-7"])
+def test_html_ignores_labels_that_are_not_character_encodings(label: str) -> None:
+    """Python decodes these, but they transform text: a page declaring one must neither
+    crash the extractor nor make text quotable that a browser shows differently."""
+    body = b"<p>The caf\\u00e9 +ADI-0 \xe9</p>"
+    expected = "The caf\\u00e9 +ADI-0 \ufffd"  # read as UTF-8, like an unknown label
+    assert extract_text(body, f"text/html; charset={label}").text == expected
+    assert extract_text(f'<meta charset="{label}">'.encode() + body, "text/html").text == expected
+
+
+@pytest.mark.parametrize("label", ["idna", "punycode", "unicode_escape", "utf-7", "zlib", "base64"])
+def test_plain_text_refuses_labels_that_are_not_character_encodings(label: str) -> None:
+    with pytest.raises(InvalidContent, match="unknown charset"):
+        extract_text(b"The caf\\u00e9 is open", f"text/plain; charset={label}")
 
 
 # -- plain text --------------------------------------------------------------------------------
