@@ -226,7 +226,7 @@ class Index:
             # A new version carries none of the old one's lock: start the lock bookkeeping over.
             connection.execute(
                 update(blobs).where(blobs.c.address == address)
-                .values(state="live", version_id=stored.version_id,
+                .values(state="live", version_id=stored.version_id, size=stored.size,
                         lock_until=stored.retain_until, lock_legal_hold=0)
             )
             versions[address] = stored.version_id

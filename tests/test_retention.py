@@ -265,6 +265,33 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert archive.read_content(kept) == b"a real memento"
 
 
+def test_gc_never_deletes_bytes_a_concurrent_write_deduplicated_onto(archive: Archive, monkeypatch: Any) -> None:
+    """An old orphan (a write that died after storing its bytes) is rewritten by a new
+    write: its stage finds the bytes in place, so nothing new is stored. ``amber gc`` runs
+    between that write's publish and its commit: the write must still end with its bytes."""
+    content = b"bytes first stored by a write that died before its index commit"
+    archive.blobs.put(content)
+    real_publish = archive.blobs.publish
+    collected: list[str] = []
+
+    def publish_then_gc(staged: Any) -> None:
+        real_publish(staged)
+        if not collected:  # once: the commit's re-store publishes too, under the write lock
+            collected.extend(archive.retention.collect_orphans(
+                safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2)))
+
+    monkeypatch.setattr(archive.blobs, "publish", publish_then_gc)
+    written = archive.write_memento(MementoRequest(
+        uri_r="https://ex.org/deduplicated", content=content, content_type="text/plain",
+        facts=CaptureFacts(tool="http.get")))
+    monkeypatch.setattr(archive.blobs, "publish", real_publish)
+    assert collected == [written.memento.content_hash]  # gc did take the orphan's bytes …
+    stored = archive.get_memento("default", written.memento.id)
+    assert archive.read_content(stored) == content  # … and the commit stored them again
+    assert archive.retention.collect_orphans(safety_age=timedelta(hours=1),
+                                             now=utc_now() + timedelta(hours=2)) == []
+
+
 @pytest.fixture()
 def local_archive(tmp_path: Any) -> Iterator[Archive]:
     """The embedded default: only the local store stages blobs in temp files (S3 stages
