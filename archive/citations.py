@@ -395,6 +395,11 @@ class CitationDesk:
                 raise Gone("this passage was stored before and has been deleted; ids are never reused")
             stored_mementos = {o.memento.id: o.memento for o in outcomes}
             all_rows = [row for job in jobs for row in job.rows]
+            # Documents cited by memento id were read before this transaction: a sweep may
+            # have deleted one since, and a citation must never point at a tombstone.
+            cited_documents = {r["document_memento_id"] for r in all_rows if r["document_memento_id"]}
+            if self.index.deleted_among(connection, cited_documents - stored_mementos.keys()):
+                raise Gone("the cited document memento has been deleted meanwhile; capture it again")
             inserted = self.index.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )

@@ -10,7 +10,7 @@ agree on one row. Both run the same queries and the same test suite.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -100,6 +100,10 @@ def _position() -> Any:
     return tuple_(mementos.c.captured_at, mementos.c.scope, mementos.c.id)
 
 
+# The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
+# any constant unlikely to collide with another application's keys in the same database.
+_RETENTION_LOCK = 0x616D626572_01  # "amber", 1
+
 class Index:
     def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
         self.url = _driver_url(url)
@@ -155,8 +159,20 @@ class Index:
         self._reader.dispose()
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, *, exclusive: bool = False) -> Iterator[Connection]:
+        """A write transaction. SQLite has one writer at a time (``BEGIN IMMEDIATE``).
+
+        PostgreSQL runs writers concurrently, at READ COMMITTED: there every write holds a
+        shared transaction-level advisory lock, and ``exclusive`` ones (retention's
+        deletions) hold it alone. A sweep then never evaluates and deletes while a citation,
+        hold or extension that reaches the same memento commits beside it unseen; writers
+        still run beside each other. Taken first, so every later statement of the
+        transaction sees what the other side committed.
+        """
         with self._writer.begin() as connection:
+            if self.dialect == "postgresql":
+                function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+                connection.exec_driver_sql(f"SELECT {function}({_RETENTION_LOCK})")
             yield connection
 
     @contextmanager
@@ -421,6 +437,15 @@ class Index:
         if not ids:
             return []
         return self._load(connection, and_(mementos.c.tenant == tenant, mementos.c.id.in_(list(set(ids)))))
+
+    def deleted_among(self, connection: Connection, ids: Collection[str]) -> set[str]:
+        """Which of these mementos are tombstoned. Inside :meth:`write`, this sees every
+        deletion committed so far (PostgreSQL: none can be in progress, see :meth:`write`)."""
+        if not ids:
+            return set()
+        return set(connection.execute(
+            select(mementos.c.id).where(mementos.c.id.in_(sorted(ids)), mementos.c.deleted_at.is_not(None))
+        ).scalars())
 
     def _load_ids(self, connection: Connection, ids: list[str]) -> list[Memento]:
         if self.dialect == "sqlite":  # the writer's hot path: one prepared statement, any count

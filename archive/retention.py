@@ -238,7 +238,7 @@ class Retention:
             return [(row.expires_at, row.id) for row in connection.execute(query)]
 
     def _settle(self, ids: list[str], now: datetime, dry_run: bool, report: SweepReport) -> None:
-        with self.index.write() as connection:
+        with self.index.write(exclusive=True) as connection:
             verdicts = self._evaluate(connection, ids)
             report.evaluated += len(verdicts)
             expired, fresh = [], []
@@ -380,11 +380,11 @@ class Retention:
         step = (BLOBS_PER_TRANSACTION if hasattr(self.archive.blobs, "batched_deletes")
                 else REMOTE_BLOBS_PER_TRANSACTION)
         for start in range(0, len(dying), step):
-            with self.index.write() as connection:
+            with self.index.write(exclusive=True) as connection:
                 self._delete_blobs_locked(connection, dying[start:start + step], report)
 
     def _delete_blob(self, address: str, report: SweepReport, erasure: str | None = None) -> None:
-        with self.index.write() as connection:
+        with self.index.write(exclusive=True) as connection:
             self._delete_blobs_locked(connection, [address], report, erasure)
 
     def _delete_blobs_locked(
@@ -513,7 +513,7 @@ class Retention:
             return None
 
     def _delete_orphan(self, address: str) -> None:
-        with self.index.write() as connection:  # same lock as writers: no write can race it
+        with self.index.write(exclusive=True) as connection:  # no write can race it
             # Recorded as deleted first. A write deduplicating onto these bytes right now
             # (its publish found them in place, old, with no row yet) then finds the blob not
             # live when it commits and re-stores it, rather than acknowledging a memento whose
@@ -594,7 +594,7 @@ class Retention:
         """Delete evidence now (takedown, court order, data-protection request)."""
         reason = _check_reason(reason)
         now = utc_now()
-        with self.index.write() as connection:
+        with self.index.write(exclusive=True) as connection:
             row = connection.execute(
                 select(mementos).where(mementos.c.tenant == tenant, mementos.c.id == memento_id,
                                        mementos.c.deleted_at.is_(None))
@@ -603,6 +603,9 @@ class Retention:
                 raise NotFound("no memento with this id")
             if row.legal_hold:
                 raise RetentionConflict("the memento is under legal hold; release it first")
+            if self._evaluate(connection, [memento_id])[0].expiry is None:
+                raise RetentionConflict(
+                    "a transcript citing this memento is under legal hold; release it first")
             if lock_mode_of(self.archive.blobs) == "COMPLIANCE":
                 raise RetentionConflict(
                     "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "

@@ -19,6 +19,7 @@ from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict
 from archive.mementos import CaptureFacts
+from archive.retention import Retention
 from archive.schema import blobs, mementos
 
 DAY = timedelta(days=1)
@@ -263,6 +264,108 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert collected == [orphan.address]
     assert not archive.blobs.exists(orphan.address)
     assert archive.read_content(kept) == b"a real memento"
+
+
+def _while_a_sweep_decides(monkeypatch: Any, action: Any) -> list[threading.Thread]:
+    """Run ``action`` (another API replica) in a thread once a sweep has evaluated a batch
+    and before it tombstones it; give it a second. The threads still blocked then (waiting
+    for the sweep's lock: serialised, which is correct) are returned to be joined."""
+    real_tombstone = Retention._tombstone
+    blocked: list[threading.Thread] = []
+
+    def tombstone(self: Retention, connection: Any, expired: Any, now: Any) -> None:
+        if not getattr(tombstone, "ran", False):
+            tombstone.ran = True  # type: ignore[attr-defined]
+            thread = threading.Thread(target=action)
+            thread.start()
+            thread.join(timeout=1.0)
+            if thread.is_alive():
+                blocked.append(thread)
+        real_tombstone(self, connection, expired, now)
+
+    monkeypatch.setattr(Retention, "_tombstone", tombstone)
+    return blocked
+
+
+def _cited_passage(archive: Archive) -> tuple[Any, Any]:
+    """A document memento (held, so only its passage can expire) and a passage cited by a
+    transcript that expired long ago."""
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.retention.set_memento_hold("default", document.id, True, "keep the page", "admin-key")
+    archive.transcripts.put("default", "short", "PT10S", {})
+    return document, cite(archive, "short", document.id, "40 euros").passage
+
+
+def test_a_citation_committed_while_a_sweep_decides_keeps_its_passage(archive: Archive, monkeypatch: Any) -> None:
+    """Either the new citation waits for the sweep and is refused (410: its passage is
+    gone), or it commits first and the sweep sees it. Never acknowledged and deleted
+    (PostgreSQL runs writers concurrently at READ COMMITTED: found by a review session)."""
+    document, passage = _cited_passage(archive)
+    archive.transcripts.put("default", "long", "P7Y", {})
+    outcome: list[Any] = []
+
+    def cite_for_seven_years() -> None:
+        try:
+            outcome.append(cite(archive, "long", document.id, "40 euros"))
+        except Gone as refused:
+            outcome.append(refused)
+
+    blocked = _while_a_sweep_decides(monkeypatch, cite_for_seven_years)
+    report = archive.retention.sweep(now=utc_now() + timedelta(days=30))
+    for thread in blocked:
+        thread.join()
+    assert len(outcome) == 1
+    if isinstance(outcome[0], Gone):
+        assert passage.id in report.deleted_ids
+    else:
+        assert outcome[0].passage.id == passage.id
+        assert passage.id not in report.deleted_ids, "an acknowledged citation's passage was deleted"
+        assert archive.read_content(archive.get_memento("default", passage.id))
+
+
+def test_a_hold_committed_while_a_sweep_decides_keeps_its_passage(archive: Archive, monkeypatch: Any) -> None:
+    _, passage = _cited_passage(archive)
+    blocked = _while_a_sweep_decides(
+        monkeypatch, lambda: archive.retention.set_transcript_hold("default", "short", True, "lawsuit", "admin-key"))
+    report = archive.retention.sweep(now=utc_now() + timedelta(days=30))
+    for thread in blocked:
+        thread.join()
+    if not blocked:  # the hold committed before the sweep's deletion: it must have counted
+        assert passage.id not in report.deleted_ids, "a passage was deleted under a committed hold"
+    else:  # the hold waited for the sweep: placed on a transcript whose passage is gone
+        assert passage.id in report.deleted_ids
+
+
+def test_a_citation_of_a_document_deleted_meanwhile_is_refused(archive: Archive, monkeypatch: Any) -> None:
+    """The document is read when the request is planned; a sweep deletes it before the
+    commit. The commit must notice rather than acknowledge a citation of a tombstone."""
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.transcripts.put("default", "t", "P7Y", {})
+    grace = timedelta(days=archive.settings.citations.retention_days)
+    real_stage_many = archive.blobs.stage_many
+
+    def sweep_first(*args: Any, **kwargs: Any) -> Any:
+        archive.retention.sweep(now=document.archived_at + grace + timedelta(seconds=1))
+        return real_stage_many(*args, **kwargs)
+
+    monkeypatch.setattr(archive.blobs, "stage_many", sweep_first)
+    with pytest.raises(Gone):
+        cite(archive, "t", document.id, "40 euros")
+    assert archive.citations.for_transcript("default", "t") == []
+
+
+def test_erasure_is_refused_while_a_citing_transcript_is_held(archive: Archive) -> None:
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.transcripts.put("default", "t", "P7Y", {})
+    passage = cite(archive, "t", document.id, "40 euros").passage
+    archive.retention.set_transcript_hold("default", "t", True, "litigation 2026-17", "admin-key")
+    with pytest.raises(RetentionConflict, match="transcript citing this memento is under legal hold"):
+        archive.retention.erase("default", passage.id, "takedown", "admin-key")
+    assert archive.read_content(archive.get_memento("default", passage.id))
+    archive.retention.set_transcript_hold("default", "t", False, "settled", "admin-key")
+    archive.retention.erase("default", passage.id, "takedown", "admin-key")
+    with pytest.raises(Gone):
+        archive.get_memento("default", passage.id)
 
 
 def test_gc_never_deletes_bytes_a_concurrent_write_deduplicated_onto(archive: Archive, monkeypatch: Any) -> None:
