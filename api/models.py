@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from archive.exceptions import InvalidContent
 
@@ -23,6 +23,20 @@ def decode_content(content: str | None, content_base64: str | None, field: str =
         return content.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidContent(f"{field} is not valid Unicode text (lone surrogates)") from None
+
+
+def _encodable(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode text (lone surrogate)") from None
+    return value
+
+
+# JSON can carry lone surrogates ("\ud800"), which no UTF-8 column, log line or answer can
+# hold. Pydantic refuses them in plain string fields but not in dict keys and values.
+UnicodeText = Annotated[str, AfterValidator(_encodable)]
+TextMap = dict[UnicodeText, UnicodeText]
 
 
 class MementoIn(BaseModel):
@@ -44,7 +58,7 @@ class MementoIn(BaseModel):
     tool: str | None = Field(default=None, max_length=200, description="Capturing tool, e.g. http.get.")
     final_url: str | None = Field(default=None, max_length=8192, description="URL after redirects.")
     http_status: int | None = Field(default=None, ge=100, le=599)
-    headers: dict[str, str] = Field(
+    headers: TextMap = Field(
         default_factory=dict,
         max_length=100,
         description="Response headers; only capture-relevant ones (etag, last-modified, …) are kept.",

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from api.auth import READERS, audit_read, require
 from api.deps import get_archive, get_urls, idempotency_key
 from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, source_drift_by_citation
-from api.models import ERROR_RESPONSES, decode_content
+from api.models import ERROR_RESPONSES, TextMap, decode_content
 from api.urls import Urls
 from archive.archive import Archive
 from archive.citations import Citation, CitationRequest, CiteResult, QuoteRequest, SourceRequest
@@ -40,7 +40,7 @@ class TranscriptIn(BaseModel):
         default=None, description="A policy name ('regulated', 'default'), an ISO 8601 duration "
         "('P7Y', counted from creation) or {retain_until}. Extending only.",
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="Free-form: run id, agent, customer.")
+    labels: TextMap = Field(default_factory=dict, description="Free-form: run id, agent, customer.")
 
 
 class QuoteIn(BaseModel):
@@ -61,7 +61,7 @@ class SourceIn(BaseModel):
     tool: str | None = Field(default=None, max_length=200)
     final_url: str | None = Field(default=None, max_length=8192)
     http_status: int | None = Field(default=None, ge=100, le=599)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+    headers: TextMap = Field(default_factory=dict, max_length=100)
 
     @model_validator(mode="after")
     def _one_content(self) -> SourceIn:
@@ -155,7 +155,7 @@ def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict
         "robust_link": robust_link(citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra),
         "text_fragment_url": (
             text_fragment_url(citation.document_uri_r, selector.exact, selector.prefix, selector.suffix)
-            if selector and citation.passage.uri_r.startswith(("http:", "https:")) else None
+            if selector and citation.passage.uri_r[:6].lower().startswith(("http:", "https:")) else None
         ),
         "extractor": citation.extractor, "extractor_version": citation.extractor_version,
         "normalisation": citation.normalisation, "match_method": citation.match_method,

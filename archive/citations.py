@@ -289,7 +289,7 @@ class CitationDesk:
             extracted = extract_text(evidence.content, evidence.media_type, cache_key=evidence.document_hash)
         except AmberError as error:
             raise _Rejected("unreadable_document", error.message) from None
-        prepared = self._prepared(evidence.document_hash, extracted)
+        prepared = self._prepared(evidence.document_hash, evidence.media_type, extracted)
         try:
             match = locate(prepared, quote.exact, prefix=quote.prefix, suffix=quote.suffix, position=quote.position)
         except AmberError as error:
@@ -298,9 +298,10 @@ class CitationDesk:
         passage = extracted.text[max(0, match.start - context): match.end + context]
         return _Planned(number, request, evidence, extracted, match, passage.encode("utf-8"))
 
-    def _prepared(self, document_hash: str, extracted: ExtractedText) -> PreparedText:
+    def _prepared(self, document_hash: str, media_type: str, extracted: ExtractedText) -> PreparedText:
         # Ten citations of one page prepare its text once (an agent cites a page in bursts).
-        key = f"{document_hash}:{extracted.extractor_version}"
+        # The media type is part of the key: its charset changes the text of the same bytes.
+        key = f"{document_hash}:{extracted.extractor}:{extracted.extractor_version}:{media_type}"
         with self._lock:
             found = self._prepared_cache.get(key)
             if found is not None:

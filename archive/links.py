@@ -82,24 +82,30 @@ def robust_link(uri_r: str, uri_m: str, version_date: datetime, *, text: str | N
 # Besides letters, digits and "._~" (always kept by quote()): the fragment-safe punctuation.
 _FRAGMENT_SAFE_PUNCTUATION = "!$'()*+;=:@/?"
 _FRAGMENT_WORDS = 6  # words kept at each end of a long quote (textStart,textEnd)
+_BLOCK_BREAK = re.compile(r"[\n\r\t\f\v\u2028\u2029]")  # between blocks and cells of extracted text
 
 
 def text_fragment_url(uri_r: str, exact: str, prefix: str = "", suffix: str = "") -> str:
     """``uri_r#:~:text=[prefix-,]start[,end][,-suffix]`` (WICG Scroll to Text Fragment).
 
     '-', ',' and '&' are syntax inside the directive, so they are always percent-encoded
-    along with everything outside the fragment-safe set. Long quotes use start,end.
+    along with everything outside the fragment-safe set. Long quotes use start,end. A
+    browser looks for each term within one block of the page, so a quote across blocks
+    (line breaks and tab-separated cells in the extracted text) becomes start,end from its
+    first and last block, and context words are taken only from the quote's own blocks.
     """
     base = uri_r.split("#", 1)[0]
-    words = exact.split()
-    if not words:
+    blocks = [words for words in (block.split() for block in _BLOCK_BREAK.split(exact)) if words]
+    if not blocks:
         return base
-    if len(words) > 2 * _FRAGMENT_WORDS:
-        body = _encode_fragment(" ".join(words[:_FRAGMENT_WORDS])) + "," + _encode_fragment(
-            " ".join(words[-_FRAGMENT_WORDS:]))
+    first, last = blocks[0], blocks[-1]
+    if len(blocks) == 1 and len(first) <= 2 * _FRAGMENT_WORDS:
+        body = _encode_fragment(" ".join(first))
     else:
-        body = _encode_fragment(" ".join(words))
-    before, after = prefix.split()[-1:], suffix.split()[:1]
+        body = (_encode_fragment(" ".join(first[:_FRAGMENT_WORDS])) + ","
+                + _encode_fragment(" ".join(last[-_FRAGMENT_WORDS:])))
+    before = _BLOCK_BREAK.split(prefix)[-1].split()[-1:]
+    after = _BLOCK_BREAK.split(suffix)[0].split()[:1]
     if before:
         body = _encode_fragment(before[0]) + "-," + body
     if after:

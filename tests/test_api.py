@@ -383,6 +383,8 @@ def test_timemap_unknown(client: Any) -> None:
         ({"headers": {"etag": "a\r\nb"}}, 400, "invalid_content"),
         ({"unknown_field": 1}, 422, "invalid_request"),
         ({"content": "\ud800"}, 400, "invalid_content"),
+        ({"headers": {"etag": "\ud800"}}, 422, "invalid_request"),
+        ({"headers": {"\udfff": "x"}}, 422, "invalid_request"),
     ],
 )
 def test_bad_input_is_a_precise_4xx_and_stores_nothing(
@@ -393,6 +395,17 @@ def test_bad_input_is_a_precise_4xx_and_stores_nothing(
     assert response.json()["error"]["code"] == code
     assert memento_count(archive) == 0
     assert stored_blob_count(archive) == 0
+
+
+@pytest.mark.parametrize("labels", [{"run": "\ud800"}, {"\ud800": "run"}])
+def test_lone_surrogates_in_transcript_labels_are_refused(client: Any, labels: dict[str, str]) -> None:
+    """Pydantic refuses lone surrogates in plain string fields, not in maps: a label one was
+    stored, then every read of the transcript failed to encode its answer (500)."""
+    body = json.dumps({"retention": "P1D", "labels": labels}).encode()
+    response = client.put("/api/v1/transcripts/t-labels", content=body,
+                          headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert client.get("/api/v1/transcripts/t-labels").status_code == 404
 
 
 def test_malformed_json_and_wrong_types(client: Any, archive: Archive) -> None:

@@ -78,6 +78,30 @@ def test_cite_inline_source_stores_passage_not_document(client: Any, archive: Ar
     assert [m["scope"] for m in timemap["mementos"]["list"]] == ["passage"]
 
 
+def test_the_same_bytes_under_another_charset_are_matched_on_their_own_text(client: Any, transcript: str) -> None:
+    """The prepared text of a document was cached by its bytes alone: cited once as UTF-8,
+    the same bytes declared ISO-8859-1 were searched in the UTF-8 text (and the other way
+    round, selectors pointed into the wrong text)."""
+    raw = base64.b64encode("caf\u00e9 au lait and more text".encode()).decode()
+    as_latin1 = source(content=None, content_base64=raw, content_type="text/plain; charset=iso-8859-1")
+    first = cite(client, {"source": as_latin1, "quote": {"exact": "caf\u00c3\u00a9 au lait"}})
+    assert first.status_code == 201, first.text
+    as_utf8 = source(content=None, content_base64=raw, content_type="text/plain; charset=utf-8")
+    second = cite(client, {"source": as_utf8, "quote": {"exact": "au lait and"}})
+    assert second.status_code == 201, second.text
+    position = second.json()["citations"][0]["selector"][1]
+    assert (position["start"], position["end"]) == (5, 16)  # in "café au lait …", not "cafÃ© …"
+
+
+def test_text_fragment_link_for_an_upper_case_scheme(client: Any, transcript: str) -> None:
+    made = cite(client, {"source": source(uri_r="HTTPS://hr.example/policies/leave"),
+                         "quote": {"exact": "sixteen weeks of paid parental leave"}})
+    assert made.status_code == 201, made.text
+    link = made.json()["citations"][0]["text_fragment_url"]
+    assert link.startswith("HTTPS://hr.example/policies/leave#:~:text=")
+    assert "sixteen%20weeks%20of%20paid%20parental%20leave" in link
+
+
 def test_normalised_quotes_are_accepted(client: Any, transcript: str) -> None:
     quotes = [
         'applies from 1 January 2025 and "replaces" the 2019 rules',  # NBSP and curly quotes

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archive.links import Link, link, link_format, link_header
+from archive.links import Link, link, link_format, link_header, text_fragment_url
 from archive.uri import to_ascii_uri
 
 FAST = settings(max_examples=200, deadline=None, database=None)
@@ -254,3 +254,27 @@ def test_link_helper_matches_link_dataclass(
     assert [name for name, _ in parsed[0][1]] == ["rel"] + [
         k for k, v in attrs.items() if v is not None
     ]
+
+
+# -- text fragments (WICG Scroll to Text Fragment) ----------------------------------------
+
+
+def test_text_fragment_encodes_directive_syntax_inside_terms() -> None:
+    url = text_fragment_url("https://ex.org/p?q=1#top", "fees - 5%, or more & less", "the", "per year")
+    assert url == "https://ex.org/p?q=1#:~:text=the-,fees%20%2D%205%25%2C%20or%20more%20%26%20less,-per"
+
+
+def test_text_fragment_long_quote_is_start_and_end() -> None:
+    words = [f"w{n}" for n in range(20)]
+    url = text_fragment_url("https://ex.org/p", " ".join(words))
+    assert url == "https://ex.org/p#:~:text=w0%20w1%20w2%20w3%20w4%20w5,w14%20w15%20w16%20w17%20w18%20w19"
+
+
+def test_text_fragment_terms_stay_within_one_block() -> None:
+    """A browser matches each term inside one block: a quote from a heading into the next
+    paragraph (or across table cells) is start,end; context from another block is left out."""
+    url = text_fragment_url("https://ex.org/p", "leave\nEmployees get", "Parental ", " sixteen weeks")
+    assert url == "https://ex.org/p#:~:text=Parental-,leave,Employees%20get,-sixteen"
+    url = text_fragment_url("https://ex.org/p", "Fee\t40 euros", "Item\n", "\nTotal")
+    assert url == "https://ex.org/p#:~:text=Fee,40%20euros"
+    assert text_fragment_url("https://ex.org/p", "\n\t ") == "https://ex.org/p"
