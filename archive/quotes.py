@@ -445,6 +445,20 @@ def _check_quote(exact: object) -> str:
     return exact
 
 
+def _inside_a_character(text: str, at: int) -> bool:
+    """Whether a cut at ``at`` falls inside what NFC makes one character: before a
+    combining mark, or between two characters NFC composes (Hangul jamo, some Indic vowel
+    signs). An exact match cut there is not in the visible text (``cafe`` of ``cafe\u0301``)."""
+    if at <= 0 or at >= len(text):
+        return False
+    # NFC acts on a starter and the marks after it (a Hangul syllable is at most three
+    # jamo): a cut is clean when normalising each side alone gives what normalising both
+    # together gives. Eight characters a side cover any realistic combining sequence.
+    before, after = text[max(0, at - 8):at], text[at:at + 8]
+    nfc = unicodedata.normalize
+    return nfc("NFC", before + after) != nfc("NFC", before) + nfc("NFC", after)
+
+
 def _occurrences(haystack: str, needle: str) -> list[int]:
     found = []
     at = haystack.find(needle)
@@ -531,7 +545,8 @@ def locate(
 
     method: Literal["exact", "normalised"] = "exact"
     mode = prepared.modes[0]
-    spans = [(at, at + len(exact)) for at in _occurrences(source, exact)]
+    spans = [(at, at + len(exact)) for at in _occurrences(source, exact)
+             if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))]
     if not spans:
         method = "normalised"
         for mode in prepared.modes:

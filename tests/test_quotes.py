@@ -421,3 +421,18 @@ def test_property_substrings_of_arbitrary_text(text: str) -> None:
                 continue
             match = locate(text, quote)
             assert match.method == "exact" and match.exact == quote
+
+
+@pytest.mark.parametrize(
+    ("text", "quote"),
+    [
+        ("the cafe\u0301 opens at nine", "the cafe"),  # ends before a combining accent
+        ("the cafe\u0301 opens at nine", "\u0301 opens"),  # starts with it
+        ("\u1100\u1161\u11a8 is one syllable", "\u1100\u1161"),  # Hangul jamo NFC composes
+    ],
+)
+def test_an_exact_match_never_cuts_a_character_nfc_makes_one(text: str, quote: str) -> None:
+    """The visible text shows "café"; "cafe" is not in it, exactly as for the composed spelling."""
+    with pytest.raises(QuoteNotFound):
+        locate(text, quote)
+    assert locate(text, text[:text.index(" ", 5)]).start == 0  # the whole word is found
