@@ -221,20 +221,36 @@ def _source_request(s: SourceIn) -> SourceRequest:
 
 
 def _citation_requests(body: CitationsIn) -> list[CitationRequest]:
-    shared = {ref: _source_request(source) for ref, source in body.sources.items()}
+    """The library's requests; evidence that cannot be read (bad base64, a malformed date,
+    an unknown ``source_ref``) is marked on its citation, which is then refused by index."""
+    shared: dict[str, SourceRequest | tuple[str, str]] = {}
+    for ref, shared_source in body.sources.items():
+        shared[ref] = _readable(shared_source, f"sources[{ref!r}]")
     requests = []
     for index, item in enumerate(body.citations):
+        source: SourceRequest | tuple[str, str] | None = None
         if item.source_ref is not None:
             if item.source is not None or item.source_ref not in shared:
-                raise InvalidInput(f"citation {index}: source_ref must name one of `sources` "
-                                   "(and not be given with `source`)")
-            source: SourceRequest | None = shared[item.source_ref]
-        else:
-            source = _source_request(item.source) if item.source is not None else None
+                source = ("unknown_evidence", f"citation {index}: source_ref must name one of "
+                          "`sources` (and not be given with `source`)")
+            else:
+                source = shared[item.source_ref]
+        elif item.source is not None:
+            source = _readable(item.source, "source")
         quote = QuoteRequest(item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position)
-        requests.append(CitationRequest(quote=quote, memento_id=item.memento_id, source=source,
-                                        source_id=item.source_id))
+        requests.append(CitationRequest(
+            quote=quote, memento_id=item.memento_id, source_id=item.source_id,
+            source=source if isinstance(source, SourceRequest) else None,
+            unreadable=source if isinstance(source, tuple) else None,
+        ))
     return requests
+
+
+def _readable(source: SourceIn, where: str) -> SourceRequest | tuple[str, str]:
+    try:
+        return _source_request(source)
+    except InvalidInput as error:
+        return ("invalid_source", f"{where}: {error.message}")
 
 
 @router.post("/{transcript_id}/citations", response_model=CitationsOut, status_code=201,

@@ -90,6 +90,10 @@ class CitationRequest:
     memento_id: str | None = None
     source: SourceRequest | None = None
     source_id: str | None = None  # the agent's own evidence id, for the audit trail
+    # (reason, detail) when the caller could not even read this citation's evidence (bad
+    # base64, a malformed date, an unknown source_ref): refused like any invalid citation,
+    # by index, so fail_closed=false still stores its valid neighbours.
+    unreadable: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,8 @@ class CitationDesk:
     def _plan_one(
         self, tenant: str, number: int, request: CitationRequest, seen: dict[Any, _Evidence]
     ) -> _Planned:
+        if request.unreadable is not None:
+            raise _Rejected(*request.unreadable)
         quote = request.quote
         if not isinstance(quote.exact, str) or not quote.exact.strip():
             raise _Rejected("empty_quote", "the quote is empty")

@@ -268,8 +268,36 @@ def test_sources_are_sent_once_and_cited_by_reference(client: Any, archive: Arch
     assert {c["document_hash"] for c in made} == {content_address(PAGE.encode())}
     unknown = client.post("/api/v1/transcripts/t-1/citations",
                           json={"citations": [{"source_ref": "nope", "quote": {"exact": "x"}}]})
-    assert unknown.status_code == 400
+    assert unknown.status_code == 422
+    assert [(e["index"], e["reason"]) for e in unknown.json()["errors"]] == [(0, "unknown_evidence")]
     assert counts(archive) == (2, 2)
+
+
+@pytest.mark.parametrize(("bad_source", "named"), [
+    ({"content": None, "content_base64": "not base64!"}, "content_base64 is not valid base64"),
+    ({"captured_at": "yesterday"}, "source: "),
+    ({"content": "\ud800"}, "not valid Unicode"),
+])
+def test_unreadable_evidence_is_refused_by_index(
+    client: Any, archive: Archive, transcript: str, bad_source: dict[str, Any], named: str
+) -> None:
+    """Evidence the API cannot even read is one invalid citation like any other: named by
+    its index, and with fail_closed false its valid neighbours are stored."""
+    citations = [{"source": source(), "quote": {"exact": "sixteen weeks"}},
+                 {"source": source(**bad_source), "quote": {"exact": "sixteen weeks"}}]
+    body = json.dumps({"citations": citations}).encode()  # keeps a lone surrogate escaped
+    refused = client.post("/api/v1/transcripts/t-1/citations", content=body,
+                          headers={"Content-Type": "application/json"})
+    assert refused.status_code == 422, refused.text
+    [error] = refused.json()["errors"]
+    assert (error["index"], error["reason"]) == (1, "invalid_source") and named in error["detail"]
+    assert counts(archive) == (0, 0)
+    lenient = json.dumps({"citations": citations, "fail_closed": False}).encode()
+    partly = client.post("/api/v1/transcripts/t-1/citations", content=lenient,
+                         headers={"Content-Type": "application/json"})
+    assert partly.status_code == 201, partly.text
+    assert len(partly.json()["citations"]) == 1 and partly.json()["errors"][0]["index"] == 1
+    assert counts(archive) == (1, 1)
 
 
 def test_concurrent_requests_commit_together_and_a_bad_one_fails_alone(archive: Archive) -> None:
