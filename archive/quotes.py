@@ -498,17 +498,15 @@ def _choose(
         return spans[0]
     want_before = _normalise(prefix, mode)[-_CONTEXT_COMPARED:] if prefix else ""
     want_after = _normalise(suffix, mode)[:_CONTEXT_COMPARED] if suffix else ""
-    before_window = 4 * len(want_before) + 64
-    after_window = 4 * len(want_after) + 64
     best: tuple[int, int] | None = None
     best_key: tuple[int, int] = (0, 0)
     for start, end in spans:
         agreement = 0
         if want_before:
-            before = _normalise(text[max(0, start - before_window):start], mode)
+            before = _normalised_context(text, start, -len(want_before), mode)
             agreement += _common_suffix(before, want_before)
         if want_after:
-            after = _normalise(text[end:end + after_window], mode)
+            after = _normalised_context(text, end, len(want_after), mode)
             agreement += _common_prefix(after, want_after)
         distance = abs(start - position) if position is not None else 0
         key = (-agreement, distance)
@@ -516,6 +514,23 @@ def _choose(
             best, best_key = (start, end), key
     assert best is not None
     return best
+
+
+def _normalised_context(text: str, at: int, wanted: int, mode: Mode) -> str:
+    """At least ``abs(wanted)`` normalised characters of ``text`` before ``at`` (negative)
+    or after it (or all there are). Normalisation shrinks whitespace runs, soft hyphens and
+    zero-width characters, so a fixed raw window could hold too few characters to compare."""
+    window = 4 * abs(wanted) + 64
+    while True:
+        if wanted < 0:
+            lo = max(0, at - window)
+            context, complete = _normalise(text[lo:at], mode), lo == 0
+        else:
+            hi = min(len(text), at + window)
+            context, complete = _normalise(text[at:hi], mode), hi == len(text)
+        if complete or len(context) > abs(wanted):  # one more: a cut run of spaces may shrink
+            return context
+        window *= 4
 
 
 def locate(

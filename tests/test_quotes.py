@@ -436,3 +436,14 @@ def test_an_exact_match_never_cuts_a_character_nfc_makes_one(text: str, quote: s
     with pytest.raises(QuoteNotFound):
         locate(text, quote)
     assert locate(text, text[:text.index(" ", 5)]).start == 0  # the whole word is found
+
+
+def test_prefix_and_suffix_choose_across_long_runs_of_whitespace() -> None:
+    """Normalisation shrinks a run of spaces to one: the context compared next to each
+    occurrence must be long enough after normalising, not merely as raw text."""
+    gap = "\n" + " " * 120
+    text = f"Section 1:{gap}The fee is 5%.{gap}Section 2:{gap}The fee is 5%.{gap}End."
+    second = text.rindex("The fee is 5%.")
+    assert locate(text, "The fee is 5%.", prefix="Section 2:\n").start == second
+    assert locate(text, "The fee is 5%.", suffix="\nEnd.").start == second
+    assert locate(text, "The fee is 5%.", suffix="\nSection 2:").start == text.index("The fee")
