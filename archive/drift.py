@@ -460,8 +460,15 @@ class DriftService:
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
                 connection, [m for p in batch for m in p.mementos],
-                revive=lambda address: self.archive.blobs.put(contents[address]))
+                revive=lambda address: self.archive.blobs.put(
+                    contents[address], retain_until=self.archive.initial_lock(utc_now())))
             gone = {o.memento.id for o in outcomes if o.memento.deleted_at is not None}
+            # A check may link the new passage an earlier check archived: retention may have
+            # deleted that one since.
+            inserted = {o.memento.id for o in outcomes}
+            linked = {i for r in records for i in (r.new_passage_memento_id, r.live_document_memento_id)
+                      if i and i not in inserted}
+            gone |= self.index.deleted_among(connection, linked)
             records = [_unlink(r, gone) for r in records]
             self.index.insert_ignoring(connection, drift_checks, [_check_row(r) for r in records],
                                        conflict=["id"])
@@ -1001,7 +1008,8 @@ class _Run:
         now = utc_now()
 
         def make(content: bytes, media_type: str, scope: Scope) -> Memento:
-            blob = blobs.put(content)
+            # Locked from the start like any other new evidence (S3 Object Lock).
+            blob = blobs.put(content, retain_until=self.service.archive.initial_lock(now))
             live.contents[blob.address] = content
             return Memento(
                 id=memento_id(cited.tenant, cited.urir_key, captured_at, blob.address),

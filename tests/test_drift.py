@@ -477,6 +477,44 @@ def test_rerun_checks_nothing_until_the_interval_has_passed(world: World) -> Non
     assert history["checks"][0]["checked_at"] > history["checks"][1]["checked_at"]
 
 
+def test_a_later_check_never_links_a_new_passage_deleted_since(world: World) -> None:
+    """The same new wording is linked, not archived again; once that memento was erased
+    (or expired), a later check must not point at the tombstone."""
+    first = by_case(world, world.archive.drift.run())["number-changed"]
+    assert first.new_passage_memento_id is not None
+    world.archive.retention.erase("default", first.new_passage_memento_id, "takedown", "admin-key")
+    later = by_case(world, world.archive.drift.run(now=utc_now() + timedelta(days=2)))["number-changed"]
+    assert later.verdict == first.verdict and later.new_passage_hash == first.new_passage_hash
+    assert later.new_passage_memento_id is None
+
+
+@pytest.mark.seaweedfs
+def test_drift_captures_are_locked_from_their_first_write(seaweedfs_settings: Settings, tmp_path: Path,
+                                                          web: Web) -> None:
+    """With S3 Object Lock, a passage a drift check archives is locked like any other new
+    evidence at once, not only when a later lock sync reaches it."""
+    from archive.citations import CitationRequest, QuoteRequest, SourceRequest
+
+    locked = seaweedfs_settings.with_overrides(
+        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE", fetch_allow=("127.0.0.1",),
+        extra={"drift": {"host_delay_seconds": 0.0, "timeout_seconds": FETCH_TIMEOUT}})
+    archive = Archive.open(locked)
+    try:
+        archive.transcripts.put("default", "t-locked", "P1Y", {})
+        archive.citations.cite("default", "t-locked", [CitationRequest(QuoteRequest(LEAVE), source=SourceRequest(
+            uri_r=web.base + "/docs/locked", content=ORIGINAL, content_type="text/html; charset=utf-8",
+            tool="http.get", http_status=200))])
+        web.routes["/docs/locked"] = Reply(body=ORIGINAL.replace(b"sixteen", b"twelve"))
+        [check] = archive.drift.run()
+        assert check.new_passage_memento_id is not None
+        archived = archive.get_memento("default", check.new_passage_memento_id)
+        until, _ = archive.blobs.retention_of(archived.content_hash, archived.blob_version_id)
+        assert until is not None and until >= archived.archived_at + timedelta(days=13)
+    finally:
+        archive.close()
+
+
 def test_stable_sources_are_checked_less_often(client: Any, archive: Archive, web: Web) -> None:
     cite(client, "t-stable", web.base + "/docs/stable", ORIGINAL, LEAVE)
     web.routes["/docs/stable"] = Reply(body=ORIGINAL)
