@@ -513,19 +513,16 @@ class Retention:
             return None
 
     def _delete_orphan(self, address: str) -> None:
-        with self.index.write(exclusive=True) as connection:  # no write can race it
+        with self.index.write(exclusive=True) as connection:  # no write commits meanwhile
             # Recorded as deleted first. A write deduplicating onto these bytes right now
             # (its publish found them in place, old, with no row yet) then finds the blob not
             # live when it commits and re-stores it, rather than acknowledging a memento whose
-            # bytes we are about to delete. On PostgreSQL the insert waits for such a
-            # writer's uncommitted row, and the locking read below sees it if it committed.
+            # bytes we are about to delete.
             self.index.insert_ignoring(connection, blobs, [{
                 "address": address, "size": 0, "version_id": None, "stored_at": utc_now(),
                 "state": "deleted", "lock_legal_hold": 0,
             }], conflict=["address"])
-            row = connection.execute(
-                select(blobs.c.state).where(blobs.c.address == address).with_for_update()
-            ).first()
+            row = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
             if row is not None and row.state == "live":
                 return
             # An orphan has no recorded VersionId: delete every version the store holds.
