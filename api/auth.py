@@ -71,7 +71,7 @@ class Gatekeeper:
         else:
             principal = await run_in_threadpool(archive.keys.authenticate, presented)
         self.rate_limiter.take(principal.key_id)
-        if not principal.roles & allowed:
+        if principal.roles.isdisjoint(allowed):
             raise Forbidden(
                 f"role {principal.role!r} may not do this; needs one of "
                 + ", ".join(sorted(r.value for r in allowed))

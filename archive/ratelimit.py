@@ -1,6 +1,6 @@
-"""Per-key token buckets: a steady rate with a burst allowance.
+"""Per-key rate limits: a steady rate with a burst allowance.
 
-In-process: with several API replicas each enforces its own bucket, so the effective limit
+In-process: with several API replicas each enforces its own limit, so the effective limit
 is the configured one times the replica count. That bounds abuse without a shared store
 on the hot path.
 """
@@ -15,15 +15,20 @@ from archive.exceptions import RateLimited
 
 
 class RateLimiter:
+    """The generic cell rate algorithm: the same decisions as a token bucket holding
+    ``burst`` tokens and refilled at ``rate`` per second, with one number per key, the time
+    at which its bucket would be full again. Taking a token moves that time one interval
+    later; a request is refused while it lies more than ``burst - 1`` intervals ahead.
+    One comparison and one store per request: this runs on every authenticated request.
+    """
+
     def __init__(
         self, rate_per_second: float, burst: int, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.rate = rate_per_second
         self.burst = max(1, burst)
         self._clock = clock
-        # key -> [tokens, last update]: lists updated in place under the lock, because this
-        # runs on every authenticated request.
-        self._buckets: dict[str, list[float]] = {}
+        self._full_at: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @property
@@ -35,16 +40,14 @@ class RateLimiter:
         rate = self.rate
         if rate <= 0:
             return
+        interval = 1.0 / rate
         now = self._clock()
         with self._lock:
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = self._buckets[key] = [float(self.burst), now]
-            tokens = min(self.burst, bucket[0] + (now - bucket[1]) * rate)
-            bucket[1] = now
-            if tokens >= 1:
-                bucket[0] = tokens - 1
+            full_at = self._full_at.get(key, now)
+            if full_at < now:
+                full_at = now
+            ahead = full_at - now - (self.burst - 1) * interval  # > 0: less than one token left
+            if ahead <= 0:
+                self._full_at[key] = full_at + interval
                 return
-            bucket[0] = tokens
-            wait = (1 - tokens) / rate
-        raise RateLimited("rate limit exceeded for this key", retry_after=wait)
+        raise RateLimited("rate limit exceeded for this key", retry_after=ahead)
