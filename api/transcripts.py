@@ -22,6 +22,7 @@ from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import robust_link, text_fragment_url
 from archive.transcripts import Transcript
+from archive.uri import WEB_SCHEMES
 
 router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])
 writers = require(Role.AGENT)
@@ -155,7 +156,7 @@ def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict
         "robust_link": robust_link(citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra),
         "text_fragment_url": (
             text_fragment_url(citation.document_uri_r, selector.exact, selector.prefix, selector.suffix)
-            if selector and citation.passage.uri_r[:6].lower().startswith(("http:", "https:")) else None
+            if selector and citation.passage.uri_r.partition(":")[0].lower() in WEB_SCHEMES else None
         ),
         "extractor": citation.extractor, "extractor_version": citation.extractor_version,
         "normalisation": citation.normalisation, "match_method": citation.match_method,

@@ -449,8 +449,8 @@ def _inside_a_character(text: str, at: int) -> bool:
     """Whether a cut at ``at`` falls inside what NFC makes one character: before a
     combining mark, or between two characters NFC composes (Hangul jamo, some Indic vowel
     signs). An exact match cut there is not in the visible text (``cafe`` of ``cafe\u0301``)."""
-    if at <= 0 or at >= len(text):
-        return False
+    if at <= 0 or at >= len(text) or text[at] < "\x80":
+        return False  # an ASCII character never joins what comes before it (the usual case)
     # NFC acts on a starter and the marks after it (a Hangul syllable is at most three
     # jamo): a cut is clean when normalising each side alone gives what normalising both
     # together gives. Eight characters a side cover any realistic combining sequence.
