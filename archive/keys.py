@@ -196,28 +196,35 @@ class KeyRing:
             return connection.execute(select(api_keys.c.key_id).limit(1)).first() is not None
 
     def authenticate(self, presented: str | None) -> Principal:
+        """The principal behind a presented key; raises :class:`Unauthenticated`."""
+        principal = self.remembered(presented)
+        return principal if principal is not None else self.verify(presented)
+
+    def remembered(self, presented: str | None) -> Principal | None:
+        """The principal of a key verified since the last revocation committed in any
+        process (archive/revocations.py), or None: one digest and a dictionary look-up, no
+        index read. Runs on every request, so it does nothing else."""
+        signal = self._revocations
+        if signal is None or not presented or len(presented) > MAX_PRESENTED_KEY:
+            return None  # nothing is remembered without a signal (PostgreSQL, not POSIX)
+        verified = self._verified
+        known = verified.principals.get(_fingerprint(presented))
+        if known is None or signal.settled_generation() != verified.generation:
+            return None
+        return known
+
+    def verify(self, presented: str | None) -> Principal:
+        """Check a presented key against the index (and remember it, see :meth:`remembered`)."""
         if not presented:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
         if len(presented) > MAX_PRESENTED_KEY:
             raise Unauthenticated("malformed API key")
-        # A verified key is reused while no revocation has been committed since, in any
-        # process (archive/revocations.py); otherwise, and on PostgreSQL, it is checked.
+        # Read before the check: a key checked while a revocation committed is not remembered
+        # under the generation that revocation ends.
         generation = self._revocations.settled_generation() if self._revocations else None
-        if generation is None:
-            return self._check(presented)
-        verified = self._verified
-        if verified.generation != generation:
-            if generation < verified.generation:  # read just before another thread saw a newer one
-                return self._check(presented)
-            verified = self._verified = _Verified(generation)
-        fingerprint = hashlib.sha256(presented.encode("utf-8", "replace")).digest()
-        known = verified.principals.get(fingerprint)
-        if known is not None:
-            return known
         principal = self._check(presented)
-        if len(verified.principals) >= _VERIFIED_CACHE_SIZE:
-            verified.principals.clear()
-        verified.principals[fingerprint] = principal
+        if generation is not None:
+            self._remember(generation, presented, principal)
         return principal
 
     def close(self) -> None:
@@ -238,3 +245,18 @@ class KeyRing:
 
     def _digest(self, key: str) -> str:
         return hmac.new(self._secret, key.encode("ascii"), hashlib.sha256).hexdigest()
+
+    def _remember(self, generation: int, presented: str, principal: Principal) -> None:
+        verified = self._verified
+        if verified.generation != generation:
+            if generation < verified.generation:
+                return  # read just before another thread saw a newer one
+            verified = self._verified = _Verified(generation)
+        if len(verified.principals) >= _VERIFIED_CACHE_SIZE:
+            verified.principals.clear()
+        verified.principals[_fingerprint(presented)] = principal
+
+
+def _fingerprint(presented: str) -> bytes:
+    """What a verified key is remembered by: its SHA-256, never the key itself."""
+    return hashlib.sha256(presented.encode("utf-8", "replace")).digest()

@@ -27,6 +27,9 @@ class RateLimiter:
     ) -> None:
         self.rate = rate_per_second
         self.burst = max(1, burst)
+        self._interval = 1.0 / rate_per_second if rate_per_second > 0 else 0.0
+        # How far ahead of now a key's full-again time may lie and still hold a token.
+        self._allowance = (self.burst - 1) * self._interval
         self._clock = clock
         self._full_at: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -37,16 +40,15 @@ class RateLimiter:
 
     def take(self, key: str) -> None:
         """Spend one token for ``key``, or raise :class:`RateLimited` with a retry time."""
-        rate = self.rate
-        if rate <= 0:
-            return
-        interval = 1.0 / rate
+        interval = self._interval
+        if not interval:
+            return  # no limit
         now = self._clock()
         with self._lock:
             full_at = self._full_at.get(key, now)
             if full_at < now:
                 full_at = now
-            ahead = full_at - now - (self.burst - 1) * interval  # > 0: less than one token left
+            ahead = full_at - now - self._allowance  # > 0: less than one token left
             if ahead <= 0:
                 self._full_at[key] = full_at + interval
                 return

@@ -188,3 +188,45 @@ def test_a_key_revoked_by_the_cli_in_another_process_stops_at_once(
     with pytest.raises(Unauthenticated):
         embedded.keys.authenticate(issued.key)
     assert os.path.exists(str(embedded.index.sqlite_path) + ".revocations")
+
+
+def test_a_key_is_remembered_once_verified_and_until_the_next_revocation(
+    embedded: Archive, tmp_path: Path
+) -> None:
+    issued = embedded.keys.create("default", Role.AGENT)
+    other = embedded.keys.create("default", Role.AGENT)
+    assert embedded.keys.remembered(issued.key) is None  # never verified here
+    embedded.keys.verify(issued.key)
+    remembered = embedded.keys.remembered(issued.key)
+    assert remembered is not None and remembered.key_id == issued.info.key_id
+    assert embedded.keys.remembered(issued.key[:-1] + "A") is None
+    assert embedded.keys.remembered("x" * 1000) is None
+    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))  # as another process
+    try:
+        elsewhere.keys.revoke(other.info.key_id)
+    finally:
+        elsewhere.close()
+    assert embedded.keys.remembered(issued.key) is None  # any revocation: verify again
+
+
+def test_a_key_verified_while_a_revocation_commits_is_not_remembered_after_it(
+    embedded: Archive, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The generation is read before the index: a check that raced a revocation cannot be
+    remembered under the generation that revocation ended with."""
+    issued = embedded.keys.create("default", Role.AGENT)
+    other = embedded.keys.create("default", Role.AGENT)
+    real = embedded.index.lookups.first
+
+    def revoking_meanwhile(lookup: Any, **values: Any) -> Any:
+        row = real(lookup, **values)  # read before the revocation commits
+        elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))
+        try:
+            elsewhere.keys.revoke(other.info.key_id)
+        finally:
+            elsewhere.close()
+        return row
+
+    monkeypatch.setattr(embedded.index.lookups, "first", revoking_meanwhile)
+    assert embedded.keys.verify(issued.key).key_id == issued.info.key_id
+    assert embedded.keys.remembered(issued.key) is None
