@@ -27,11 +27,13 @@ query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<
 
 class AmberApp(FastAPI):
     """FastAPI, with the URI-M route served before the framework's stack (see
-    :func:`api.mementos.serve_memento_content`; the FastAPI route documents it)."""
+    :class:`api.mementos.MementoRoute`; the FastAPI route documents it)."""
+
+    memento_route: mementos.MementoRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if mementos.is_memento_content(scope):
-            await mementos.serve_memento_content(self.state, scope, receive, send)
+            await self.memento_route.serve(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -51,7 +53,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
-        app.state.gatekeeper.archive = app.state.archive
+        assert isinstance(app, AmberApp)
+        app.state.gatekeeper.archive = app.memento_route.archive = app.state.archive
         try:
             yield
         finally:
@@ -68,6 +71,7 @@ def create_app(
     app.state.gatekeeper = Gatekeeper(
         auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive)
     app.state.urls = Urls(base_url)
+    app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls, archive)
     if archive is not None:
         app.state.archive = archive
     errors.install(app)

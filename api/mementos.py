@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from starlette import types as asgi
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import State
 
 from api.auth import READERS, Gatekeeper, audit_read, bearer_token, record_read, require
 from api.deps import get_and_head, get_archive, get_urls, idempotency_key, run_blocking
@@ -170,31 +170,11 @@ async def memento_content(
     request: Request,
     principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    # Documents the route; requests normally reach serve_memento_content first (app.py).
-    status, headers, body = await resolve_memento(
-        request.app.state.archive, request.app.state.urls, principal, memento_id,
-        request.method, request.headers.get("if-none-match"),
-    )
+    # Documents the route; requests normally reach MementoRoute.serve first (app.py).
+    route: MementoRoute = request.app.memento_route
+    status, headers, body = await route.resolve(
+        principal, memento_id, request.method, request.headers.get("if-none-match"))
     return Response(content=body, status_code=status, headers=headers)
-
-
-async def resolve_memento(
-    archive: Archive, urls: Urls, principal: Principal, memento_id: str, method: str,
-    if_none_match: str | None,
-) -> tuple[int, dict[str, str], bytes]:
-    """``(status, headers, body)`` of a URI-M request by an authorised principal."""
-    memento = await run_blocking(
-        archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id
-    )
-    record_read(archive, principal, "memento.content", memento.id)
-    headers = memento_headers(memento, urls)
-    if _matches(if_none_match, headers["ETag"]):
-        headers.pop("Content-Type")
-        return 304, headers, b""
-    # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
-    data = await run_blocking(archive.content_read_is_quick(memento), archive.read_content, memento)
-    headers["Content-Length"] = str(len(data))
-    return 200, headers, b"" if method == "HEAD" else data
 
 
 def is_memento_content(scope: asgi.Scope) -> bool:
@@ -206,40 +186,82 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
-async def serve_memento_content(
-    state: State, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
-) -> None:
+_HEADERS_REMEMBERED = 16_384  # per app, as many as the index remembers live mementos
+
+
+@dataclass
+class MementoRoute:
     """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
-    without its routing, dependency solving and middleware layers.
+    without its routing, dependency solving and middleware layers, and with everything it
+    needs in plain attributes (Starlette's ``State`` resolves each through ``__getattr__``).
 
     Why: it is the hottest route (auditors and agents resolving citations), and measured in
     process those layers cost several times the work itself: the lookup, the read with its
     re-hash and the headers (benchmarks/README.md).
     """
-    method: str = scope["method"]
-    path: str = scope["path"]
-    authorization = if_none_match = None
-    for name, value in scope["headers"]:
-        if name == b"authorization" and authorization is None:
-            authorization = value.decode("latin-1")
-        elif name == b"if-none-match" and if_none_match is None:
-            if_none_match = value.decode("latin-1")
-    try:
-        gatekeeper: Gatekeeper = state.gatekeeper
-        principal = await gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
-        status, headers, body = await resolve_memento(
-            state.archive, state.urls, principal, path[len(MEMENTO_PREFIX):], method, if_none_match
+
+    gatekeeper: Gatekeeper
+    urls: Urls
+    archive: Archive | None = None  # set when the app starts
+    # (tenant, id) -> the memento as the index remembered it, and its headers: a pure function
+    # of that object (Index.live_memento returns the same one until a deletion), and
+    # rendering the Link header cost more than reading and re-hashing 4 KiB.
+    _headers: dict[tuple[str, str], tuple[Memento, dict[str, str]]] = field(default_factory=dict)
+
+    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        authorization = if_none_match = None
+        for name, value in scope["headers"]:
+            if name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == b"if-none-match" and if_none_match is None:
+                if_none_match = value.decode("latin-1")
+        try:
+            principal = await self.gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
+            status, headers, body = await self.resolve(
+                principal, path[len(MEMENTO_PREFIX):], method, if_none_match)
+        except AmberError as error:
+            await amber_error_response(error, method, path)(scope, receive, send)
+            return
+        except Exception:
+            await unexpected_error_response(method, path)(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                                for name, value in headers.items()]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def resolve(
+        self, principal: Principal, memento_id: str, method: str, if_none_match: str | None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """``(status, headers, body)`` of a URI-M request by an authorised principal."""
+        archive = self.archive
+        assert archive is not None, "the app has not started"
+        memento = await run_blocking(
+            archive.lookups_are_quick, archive.memento_to_serve, principal.tenant, memento_id
         )
-    except AmberError as error:
-        await amber_error_response(error, method, path)(scope, receive, send)
-        return
-    except Exception:
-        await unexpected_error_response(method, path)(scope, receive, send)
-        return
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                            for name, value in headers.items()]})
-    await send({"type": "http.response.body", "body": body})
+        record_read(archive, principal, "memento.content", memento.id)
+        headers = self._headers_of(memento)
+        if _matches(if_none_match, headers["ETag"]):
+            headers.pop("Content-Type")
+            return 304, headers, b""
+        # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
+        data = await run_blocking(archive.content_read_is_quick(memento), archive.read_content, memento)
+        headers["Content-Length"] = str(len(data))
+        return 200, headers, b"" if method == "HEAD" else data
+
+    def _headers_of(self, memento: Memento) -> dict[str, str]:
+        """A fresh copy of the memento's headers (the caller adds to it)."""
+        key = (memento.tenant, memento.id)
+        remembered = self._headers.get(key)
+        if remembered is not None and remembered[0] is memento:
+            return dict(remembered[1])
+        headers = memento_headers(memento, self.urls)
+        if len(self._headers) >= _HEADERS_REMEMBERED:
+            self._headers.clear()
+        self._headers[key] = (memento, headers)
+        return dict(headers)
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:

@@ -250,7 +250,17 @@ class Archive:
 
     def get_memento(self, tenant: str, memento_id_: str) -> Memento:
         check_memento_id(memento_id_)
-        memento = self.index.get_memento(tenant, memento_id_)
+        return self._present(self.index.get_memento(tenant, memento_id_))
+
+    def memento_to_serve(self, tenant: str, memento_id_: str) -> Memento:
+        """:meth:`get_memento` for answering a URI-M, possibly from memory: its expiry and
+        legal hold, which that answer does not show, may be stale (Index.live_memento)."""
+        check_memento_id(memento_id_)
+        return self._present(self.index.live_memento(tenant, memento_id_))
+
+    @staticmethod
+    def _present(memento: Memento | None) -> Memento:
+        """The memento, or the error that says why there is none to show."""
         if memento is None:
             raise MementoNotFound("no memento with this id")
         if memento.deleted_at is not None:

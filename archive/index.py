@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,6 +40,7 @@ from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
 from archive.prepared import Lookups, PreparedWrite
 from archive.schema import blobs, idempotency_keys, mementos, tenants
+from archive.signals import ReadCache
 
 DEFAULT_TENANT = "default"
 
@@ -103,6 +104,8 @@ def _position() -> Any:
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
+# Live mementos remembered for URI-M answers: about 1 KiB each.
+_LIVE_MEMENTOS_REMEMBERED = 16_384
 
 class Index:
     def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
@@ -137,6 +140,10 @@ class Index:
             self._blob_states_by_address = self.lookups.prepare(
                 select(blobs.c.address, blobs.c.state, blobs.c.version_id)
                 .where(blobs.c.address.in_(select(ids.c.value))))
+        # Live mementos, remembered until the next deletion committed in any process
+        # (archive/signals.py; only on SQLite): see live_memento.
+        self._live: ReadCache[tuple[str, str], Memento] = ReadCache(
+            self.sqlite_path, "deletions", size=_LIVE_MEMENTOS_REMEMBERED)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
@@ -154,6 +161,7 @@ class Index:
         return self.dialect == "sqlite"
 
     def close(self) -> None:
+        self._live.close()
         self.lookups.close()
         self._writer.dispose()
         self._reader.dispose()
@@ -168,8 +176,13 @@ class Index:
         hold or extension that reaches the same memento commits beside it unseen; writers
         still run beside each other. Taken first, so every later statement of the
         transaction sees what the other side committed.
+
+        Only exclusive writes may delete mementos (see :meth:`live_memento`).
         """
-        with self._writer.begin() as connection:
+        # Deletions happen only in exclusive writes: they tell every process to forget the
+        # live mementos it remembers, whatever they delete.
+        with self._live.changing() if exclusive else nullcontext(), \
+                self._writer.begin() as connection:
             if self.dialect == "postgresql":
                 function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
                 connection.exec_driver_sql(f"SELECT {function}({_RETENTION_LOCK})")
@@ -355,6 +368,21 @@ class Index:
     def get_memento(self, tenant: str, memento_id: str) -> Memento | None:
         row = self.lookups.first(self._memento_by_id, tenant=tenant, id=memento_id)
         return None if row is None else _memento_from(row)
+
+    def live_memento(self, tenant: str, memento_id: str) -> Memento | None:
+        """:meth:`get_memento` for serving a memento's bytes: a live memento is remembered
+        until the next deletion committed in any process. What a URI-M answer shows, all
+        fixed at capture, never changes while a memento lives; its expiry and legal hold
+        can, so they may be stale here."""
+        key = (tenant, memento_id)
+        remembered = self._live.get(key)
+        if remembered is not None:
+            return remembered
+        generation = self._live.generation()
+        memento = self.get_memento(tenant, memento_id)
+        if memento is not None and memento.deleted_at is None:
+            self._live.put(generation, key, memento)
+        return memento
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
         row = self.lookups.first(self._response_by_key, tenant=tenant, key=key)

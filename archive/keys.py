@@ -7,19 +7,17 @@ the server secret, which lives outside the database (``AMBER_KEY_SECRET``, or a 
 in the data directory for the embedded default). Checking a key is one indexed lookup and
 one HMAC, compared in constant time; on SQLite, verified keys are then remembered (by digest)
 until the next revocation, which takes effect on the next request in every process
-(:mod:`archive.revocations`).
+(:mod:`archive.signals`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import os
 import re
 import secrets
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -29,16 +27,14 @@ from sqlalchemy import bindparam, insert, select, update
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
 from archive.index import Index
-from archive.revocations import RevocationSignal
 from archive.schema import api_keys
-
-log = logging.getLogger(__name__)
+from archive.signals import ReadCache
 
 KEY_PREFIX = "amber"
 _KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
 _TENANT = re.compile(r"[a-z0-9][a-z0-9_\-]{0,62}")
 MAX_PRESENTED_KEY = 128  # longer is refused before any work is done
-_VERIFIED_CACHE_SIZE = 4096  # verified keys remembered per thread (by digest, never the key)
+_VERIFIED_CACHE_SIZE = 4096  # verified keys remembered (by digest, never the key)
 SECRET_FILE = "key-secret"
 
 
@@ -107,36 +103,13 @@ def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
     return fresh
 
 
-def _open_signal(path: str | None, database: str | None) -> RevocationSignal | None:
-    """The revocation signal beside a SQLite index; None (keys checked on every request)
-    without one — PostgreSQL, not POSIX — or where it cannot be opened (a read-only copy)."""
-    if path is None or database is None:
-        return None
-    try:
-        return RevocationSignal(path, like=database)
-    except OSError as error:
-        log.warning("cannot open the key revocation signal %s (%s): keys are checked on every "
-                    "request, and this process cannot revoke", path, error.strerror)
-        return None
-
-
-@dataclass
-class _Verified:
-    """Keys verified while the revocation signal stood at ``generation``, by digest."""
-
-    generation: int
-    principals: dict[bytes, Principal] = field(default_factory=dict)
-
-
 class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
-        database = index.sqlite_path
-        self._signal_path = (database + ".revocations"
-                             if database is not None and RevocationSignal.available() else None)
-        self._revocations = _open_signal(self._signal_path, database)
-        self._verified = _Verified(-1)
+        # Verified keys, by fingerprint, until the next revocation (archive/signals.py).
+        self._verified: ReadCache[bytes, Principal] = ReadCache(
+            index.sqlite_path, "revocations", size=_VERIFIED_CACHE_SIZE)
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
             select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
@@ -176,13 +149,8 @@ class KeyRing:
         where = [api_keys.c.key_id == key_id]
         if tenant is not None:
             where.append(api_keys.c.tenant == tenant)
-        if self._revocations is None and self._signal_path is not None:
-            # Servers would go on trusting the key they remember: refuse rather than revoke
-            # where they cannot hear it.
-            raise ConfigurationError(f"cannot write the revocation signal {self._signal_path}; "
-                                     "revoke as the user that runs Amber")
-        signal = self._revocations.revoking() if self._revocations else nullcontext()
-        with signal, self.index.write() as connection:
+        # Refuses where the servers could not hear of it: they would go on trusting the key.
+        with self._verified.changing(), self.index.write() as connection:
             connection.execute(
                 update(api_keys).where(*where, api_keys.c.revoked_at.is_(None)).values(revoked_at=utc_now())
             )
@@ -202,16 +170,11 @@ class KeyRing:
 
     def remembered(self, presented: str | None) -> Principal | None:
         """The principal of a key verified since the last revocation committed in any
-        process (archive/revocations.py), or None: one digest and a dictionary look-up, no
-        index read. Runs on every request, so it does nothing else."""
-        signal = self._revocations
-        if signal is None or not presented or len(presented) > MAX_PRESENTED_KEY:
-            return None  # nothing is remembered without a signal (PostgreSQL, not POSIX)
-        verified = self._verified
-        known = verified.principals.get(_fingerprint(presented))
-        if known is None or signal.settled_generation() != verified.generation:
+        process, or None: one digest and a dictionary look-up, no index read. Runs on every
+        request, so it does nothing else."""
+        if not presented or len(presented) > MAX_PRESENTED_KEY:
             return None
-        return known
+        return self._verified.get(_fingerprint(presented))
 
     def verify(self, presented: str | None) -> Principal:
         """Check a presented key against the index (and remember it, see :meth:`remembered`)."""
@@ -219,17 +182,13 @@ class KeyRing:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
         if len(presented) > MAX_PRESENTED_KEY:
             raise Unauthenticated("malformed API key")
-        # Read before the check: a key checked while a revocation committed is not remembered
-        # under the generation that revocation ends.
-        generation = self._revocations.settled_generation() if self._revocations else None
+        generation = self._verified.generation()
         principal = self._check(presented)
-        if generation is not None:
-            self._remember(generation, presented, principal)
+        self._verified.put(generation, _fingerprint(presented), principal)
         return principal
 
     def close(self) -> None:
-        if self._revocations is not None:
-            self._revocations.close()
+        self._verified.close()
 
     def _check(self, presented: str) -> Principal:
         match = _KEY.fullmatch(presented) if len(presented) <= MAX_PRESENTED_KEY else None
@@ -245,16 +204,6 @@ class KeyRing:
 
     def _digest(self, key: str) -> str:
         return hmac.new(self._secret, key.encode("ascii"), hashlib.sha256).hexdigest()
-
-    def _remember(self, generation: int, presented: str, principal: Principal) -> None:
-        verified = self._verified
-        if verified.generation != generation:
-            if generation < verified.generation:
-                return  # read just before another thread saw a newer one
-            verified = self._verified = _Verified(generation)
-        if len(verified.principals) >= _VERIFIED_CACHE_SIZE:
-            verified.principals.clear()
-        verified.principals[_fingerprint(presented)] = principal
 
 
 def _fingerprint(presented: str) -> bytes:

@@ -125,6 +125,18 @@ def test_uri_m_serves_bytes_with_memento_headers(client: Any) -> None:
     assert "vary" not in response.headers
 
 
+def test_remembered_uri_m_answers_are_those_of_the_first(client: Any) -> None:
+    """The second and later answers come from memory (Index.live_memento, MementoRoute);
+    a 304 in between must not take anything out of what is remembered."""
+    created = post(client).json()
+    first = client.get(created["uri_m"])
+    assert client.get(created["uri_m"], headers={"If-None-Match": first.headers["etag"]}).status_code == 304
+    again = client.get(created["uri_m"])
+    assert again.status_code == 200
+    assert again.content == first.content
+    assert dict(again.headers) == dict(first.headers)
+
+
 def test_uri_m_head_and_conditional_get(client: Any) -> None:
     created = post(client).json()
     head = client.head(created["uri_m"])

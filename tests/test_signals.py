@@ -1,5 +1,6 @@
-"""The revocation signal: verified API keys are reused only while nothing was revoked since,
-in any process; a revoker that dies, or a torn read, only ever makes key checks more careful."""
+"""Change signals: verified API keys are reused only while nothing was revoked since, live
+mementos only while nothing was deleted since, in any process; a changer that dies, or a torn
+read, only ever makes readers more careful."""
 
 from __future__ import annotations
 
@@ -8,32 +9,34 @@ import struct
 import subprocess
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from live_server import amber_command, clean_environ
 
-from archive import revocations
-from archive.archive import Archive
+from archive import signals
+from archive.archive import Archive, MementoRequest
 from archive.config import Settings
-from archive.exceptions import ConfigurationError, Unauthenticated
+from archive.dates import utc_now
+from archive.exceptions import ConfigurationError, Gone, Unauthenticated
 from archive.keys import Role
-from archive.revocations import RevocationSignal
+from archive.signals import ChangeSignal
 
 
 def _write_copies(path: Path, first: int, second: int) -> None:
     with open(path, "r+b") as handle:
-        handle.write(struct.pack("<QQ", first, second))
+        handle.write(struct.pack("=QQ", first, second))
 
 
 def test_a_revocation_moves_the_generation_through_odd_to_the_next_even(tmp_path: Path) -> None:
-    signal = RevocationSignal(str(tmp_path / "index.revocations"), like=str(tmp_path / "index"))
+    signal = ChangeSignal(str(tmp_path / "index.revocations"), like=str(tmp_path / "index"))
     assert signal.settled_generation() == 0
-    with signal.revoking():
+    with signal.changing():
         assert signal.settled_generation() is None  # keys are checked while it commits
     assert signal.settled_generation() == 2
-    with pytest.raises(RuntimeError), signal.revoking():
+    with pytest.raises(RuntimeError), signal.changing():
         raise RuntimeError("the commit failed")
     assert signal.settled_generation() == 4  # settled again: caches flushed for nothing
     signal.close()
@@ -46,10 +49,10 @@ def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
 ) -> None:
     """What a revoker killed mid-way leaves: an odd generation, or copies that differ."""
     path = tmp_path / "index.revocations"
-    running = RevocationSignal(str(path), like=str(tmp_path / "index"))
+    running = ChangeSignal(str(path), like=str(tmp_path / "index"))
     _write_copies(path, *copies)
     assert running.settled_generation() is None  # seen at once through the shared mapping
-    opened = RevocationSignal(str(path), like=str(tmp_path / "index"))  # another process
+    opened = ChangeSignal(str(path), like=str(tmp_path / "index"))  # another process
     settled = opened.settled_generation()
     assert settled is not None and settled > max(copies)
     assert running.settled_generation() == settled
@@ -59,11 +62,11 @@ def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
 
 def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(tmp_path: Path) -> None:
     path, like = str(tmp_path / "index.revocations"), str(tmp_path / "index")
-    revoker = RevocationSignal(path, like=like)
+    revoker = ChangeSignal(path, like=like)
     inside, release = threading.Event(), threading.Event()
 
     def revoke() -> None:
-        with revoker.revoking():
+        with revoker.changing():
             inside.set()
             release.wait(10)
 
@@ -71,7 +74,7 @@ def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(
     thread.start()
     try:
         assert inside.wait(10)
-        opened = RevocationSignal(path, like=like)
+        opened = ChangeSignal(path, like=like)
         assert opened.settled_generation() is None  # still committing: left alone
     finally:
         release.set()
@@ -87,7 +90,7 @@ def test_the_signal_file_takes_the_databases_mode(tmp_path: Path) -> None:
     database = tmp_path / "index.sqlite3"
     database.write_bytes(b"")
     database.chmod(0o660)
-    signal = RevocationSignal(str(tmp_path / "index.sqlite3.revocations"), like=str(database))
+    signal = ChangeSignal(str(tmp_path / "index.sqlite3.revocations"), like=str(database))
     assert (tmp_path / "index.sqlite3.revocations").stat().st_mode & 0o777 == 0o660
     signal.close()
 
@@ -105,7 +108,7 @@ def test_a_process_that_cannot_open_the_signal_checks_every_key_and_cannot_revok
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(revocations.os, "open", refusing)
+    monkeypatch.setattr(signals.os, "open", refusing)
     reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
     try:
         lookups = _count_lookups(reader, monkeypatch)
@@ -165,8 +168,8 @@ def test_while_a_revocation_commits_every_request_checks_its_key(
     embedded.keys.authenticate(issued.key)
     lookups = _count_lookups(embedded, monkeypatch)
     database = str(embedded.index.sqlite_path)
-    signal = RevocationSignal(database + ".revocations", like=database)
-    with signal.revoking():
+    signal = ChangeSignal(database + ".revocations", like=database)
+    with signal.changing():
         for _ in range(3):
             embedded.keys.authenticate(issued.key)
     assert len(lookups) == 3
@@ -230,3 +233,105 @@ def test_a_key_verified_while_a_revocation_commits_is_not_remembered_after_it(
     monkeypatch.setattr(embedded.index.lookups, "first", revoking_meanwhile)
     assert embedded.keys.verify(issued.key).key_id == issued.info.key_id
     assert embedded.keys.remembered(issued.key) is None
+
+
+def _count_memento_lookups(archive: Archive, monkeypatch: Any, meanwhile: Any = None) -> list[str]:
+    calls: list[str] = []
+    real = archive.index.lookups.first
+
+    def counting(lookup: Any, **values: Any) -> Any:
+        row = real(lookup, **values)
+        if "id" in values:
+            calls.append(values["id"])
+            if meanwhile is not None:
+                meanwhile()
+        return row
+
+    monkeypatch.setattr(archive.index.lookups, "first", counting)
+    return calls
+
+
+def _passage(archive: Archive, text: str = "kept for a while") -> Any:
+    return archive.write_memento(
+        MementoRequest(uri_r="https://ex.org/p", content=text.encode(), content_type="text/plain")
+    ).memento
+
+
+def _in_another_process(tmp_path: Path, action: Any) -> None:
+    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    try:
+        action(elsewhere)
+    finally:
+        elsewhere.close()
+
+
+@pytest.mark.parametrize("deletion", ["erasure", "expiry sweep"])
+def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
+    embedded: Archive, tmp_path: Path, monkeypatch: Any, deletion: str
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    kept, doomed = _passage(embedded, "kept"), _passage(embedded, "doomed")
+    lookups = _count_memento_lookups(embedded, monkeypatch)
+    with TestClient(create_app(embedded.settings, archive=embedded, auth=False)) as client:
+        for _ in range(3):
+            for memento in (kept, doomed):
+                assert client.get(f"/memento/{memento.id}").status_code == 200
+        assert sorted(lookups) == sorted([kept.id, doomed.id])  # read once, then remembered
+
+        def delete(archive: Archive) -> None:
+            if deletion == "erasure":
+                archive.retention.erase("default", doomed.id, "takedown", "admin")
+            else:
+                archive.retention.sweep(now=utc_now() + timedelta(days=400))
+
+        _in_another_process(tmp_path, delete)
+        gone = client.get(f"/memento/{doomed.id}")
+        assert gone.status_code == 410, gone.text
+        if deletion == "erasure":
+            assert client.get(f"/memento/{kept.id}").status_code == 200  # read again, still live
+
+
+def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
+    embedded: Archive, tmp_path: Path, monkeypatch: Any
+) -> None:
+    memento = _passage(embedded)
+    erase = lambda: _in_another_process(  # noqa: E731
+        tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin"))
+    lookups = _count_memento_lookups(embedded, monkeypatch, meanwhile=erase)
+    assert embedded.memento_to_serve("default", memento.id).id == memento.id  # read just before
+    monkeypatch.undo()
+    with pytest.raises(Gone):
+        embedded.memento_to_serve("default", memento.id)
+    assert lookups == [memento.id]
+
+
+def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_cannot_delete(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    memento = _passage(archive)
+    archive.close()
+    real_open = os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".deletions"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(signals.os, "open", refusing)
+    reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    try:
+        lookups = _count_memento_lookups(reader, monkeypatch)
+        for _ in range(2):
+            assert reader.memento_to_serve("default", memento.id).id == memento.id
+        assert len(lookups) == 2  # nothing remembered without the signal
+        with pytest.raises(ConfigurationError):
+            reader.retention.erase("default", memento.id, "takedown", "admin")
+        with pytest.raises(ConfigurationError):
+            reader.retention.sweep(now=utc_now() + timedelta(days=400))
+        assert reader.memento_to_serve("default", memento.id).deleted_at is None
+    finally:
+        reader.close()
