@@ -54,10 +54,12 @@ def create_app(
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
         assert isinstance(app, AmberApp)
-        app.state.gatekeeper.archive = app.memento_route.archive = app.state.archive
+        app.state.gatekeeper.archive = app.state.archive
+        app.memento_route.start(app.state.archive)
         try:
             yield
         finally:
+            app.memento_route.close()
             if owned:
                 app.state.archive.close()
 
@@ -71,7 +73,9 @@ def create_app(
     app.state.gatekeeper = Gatekeeper(
         auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive)
     app.state.urls = Urls(base_url)
-    app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls, archive)
+    app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls)
+    if archive is not None:
+        app.memento_route.start(archive)
     if archive is not None:
         app.state.archive = archive
     errors.install(app)

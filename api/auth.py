@@ -88,6 +88,7 @@ def bearer_token(authorization: str | None) -> str | None:
     if not authorization:
         return None
     scheme, _, credentials = authorization.partition(" ")
+    credentials = credentials.strip()
     if not credentials or scheme.lower() != "bearer":
         return None
     return credentials

@@ -94,6 +94,8 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
 
     Example: amber serve --host 127.0.0.1 --port 8000
     """
+    import gc
+
     import uvicorn
 
     from api.app import create_app
@@ -123,7 +125,12 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
         os.environ["AMBER_PUBLIC_BASE_URL"] = str(settings.public_base_url)
         uvicorn.run("api.app:create_app", factory=True, workers=workers, **options)
     else:
-        uvicorn.run(create_app(settings, auth=not insecure_no_auth), **options)
+        app = create_app(settings, auth=not insecure_no_auth)
+        # What lives now (modules, the app, its schemas: ~170,000 objects) lives until exit:
+        # out of the collector's sight, its full passes stop rescanning them (they took ~7%
+        # of a busy server's CPU).
+        gc.freeze()
+        uvicorn.run(app, **options)
 
 
 def _first_start_admin_key(settings: Settings) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -22,6 +23,7 @@ from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import link, link_header
 from archive.mementos import CaptureFacts, Memento, Scope
+from archive.signals import ReadCache
 
 router = APIRouter()
 writers = require(Role.AGENT)
@@ -186,9 +188,6 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
-_HEADERS_REMEMBERED = 16_384  # per app, as many as the index remembers live mementos
-
-
 @dataclass
 class MementoRoute:
     """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
@@ -202,11 +201,22 @@ class MementoRoute:
 
     gatekeeper: Gatekeeper
     urls: Urls
-    archive: Archive | None = None  # set when the app starts
-    # (tenant, id) -> the memento as the index remembered it, and its headers: a pure function
-    # of that object (Index.live_memento returns the same one until a deletion), and
-    # rendering the Link header cost more than reading and re-hashing 4 KiB.
-    _headers: dict[tuple[str, str], tuple[Memento, dict[str, str]]] = field(default_factory=dict)
+    archive: Archive | None = None  # set by start()
+    # (tenant, id) -> its headers, until the next deletion: they only depend on what was
+    # fixed at capture, and rendering the Link header cost more than reading and
+    # re-hashing 4 KiB.
+    _headers: ReadCache[tuple[str, str], dict[str, str]] | None = None
+
+    def start(self, archive: Archive) -> None:
+        if self.archive is archive and self._headers is not None:
+            return  # given at creation (tests) and started again by the lifespan
+        self.archive = archive
+        self._headers = archive.index.cache_until_deletion(_headers_weight)
+
+    def close(self) -> None:
+        if self._headers is not None:
+            self._headers.close()
+            self._headers = None
 
     async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         method: str = scope["method"]
@@ -253,15 +263,19 @@ class MementoRoute:
 
     def _headers_of(self, memento: Memento) -> dict[str, str]:
         """A fresh copy of the memento's headers (the caller adds to it)."""
+        cache = self._headers
+        assert cache is not None, "the app has not started"
         key = (memento.tenant, memento.id)
-        remembered = self._headers.get(key)
-        if remembered is not None and remembered[0] is memento:
-            return dict(remembered[1])
-        headers = memento_headers(memento, self.urls)
-        if len(self._headers) >= _HEADERS_REMEMBERED:
-            self._headers.clear()
-        self._headers[key] = (memento, headers)
+        headers = cache.get(key)
+        if headers is None:
+            generation = cache.generation()
+            headers = memento_headers(memento, self.urls)
+            cache.put(generation, key, headers)
         return dict(headers)
+
+
+def _headers_weight(headers: dict[str, str]) -> int:
+    return 500 + sum(map(sys.getsizeof, headers.values()))
 
 
 def _matches(if_none_match: str | None, etag: str) -> bool:

@@ -10,6 +10,7 @@ agree on one row. Both run the same queries and the same test suite.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -82,6 +83,15 @@ _EXTEND_EACH = (
 )
 
 
+def _memento_weight(memento: Memento) -> int:
+    """About the bytes a remembered memento holds: its strings, and a fixed part for the rest."""
+    facts = memento.facts
+    strings = (memento.id, memento.uri_r, memento.urir_key, memento.content_hash,
+               memento.media_type, facts.tool or "", facts.final_url or "", *facts.headers.keys(),
+               *facts.headers.values())
+    return 1_000 + sum(map(sys.getsizeof, strings))
+
+
 def _live_of(tenant: str, urir_key: str) -> Any:
     # Deleted mementos (tombstones) leave TimeMaps and TimeGates; their URI-M answers 410.
     return and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key,
@@ -104,8 +114,8 @@ def _position() -> Any:
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
-# Live mementos remembered for URI-M answers: about 1 KiB each.
-_LIVE_MEMENTOS_REMEMBERED = 16_384
+# Bytes of live mementos one process remembers for URI-M answers (by sys.getsizeof).
+LIVE_MEMENTOS_BUDGET = 32 * 1024 * 1024
 
 class Index:
     def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
@@ -142,8 +152,8 @@ class Index:
                 .where(blobs.c.address.in_(select(ids.c.value))))
         # Live mementos, remembered until the next deletion committed in any process
         # (archive/signals.py; only on SQLite): see live_memento.
-        self._live: ReadCache[tuple[str, str], Memento] = ReadCache(
-            self.sqlite_path, "deletions", size=_LIVE_MEMENTOS_REMEMBERED)
+        self._live: ReadCache[tuple[str, str], Memento] = self.cache_until_deletion(
+            _memento_weight)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
@@ -368,6 +378,12 @@ class Index:
     def get_memento(self, tenant: str, memento_id: str) -> Memento | None:
         row = self.lookups.first(self._memento_by_id, tenant=tenant, id=memento_id)
         return None if row is None else _memento_from(row)
+
+    def cache_until_deletion(self, weigh: Callable[[Any], int],
+                             budget: int = LIVE_MEMENTOS_BUDGET) -> ReadCache[Any, Any]:
+        """A cache of what is derived from live mementos, emptied by the next deletion
+        committed in any process (nothing is remembered on PostgreSQL)."""
+        return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
 
     def live_memento(self, tenant: str, memento_id: str) -> Memento | None:
         """:meth:`get_memento` for serving a memento's bytes: a live memento is remembered

@@ -34,8 +34,9 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import secrets
 import struct
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -130,17 +131,36 @@ class ChangeSignal:
 
 def _open_like(path: str, like: str) -> int:
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
         return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    # Made whole under a private name, then linked into place: no process can open it
+    # before it has the database's mode and owner (and be locked out for its lifetime).
+    staging = f"{path}.{os.getpid()}-{secrets.token_hex(4)}"
+    descriptor = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(descriptor, _SIZE)  # zeros: generation 0, settled
+        _take_mode_and_owner(descriptor, like)
+        os.link(staging, path)
+    except FileExistsError:  # another process linked its own first: use that one
+        os.close(descriptor)
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    finally:
+        os.unlink(staging)
+    return descriptor
+
+
+def _take_mode_and_owner(descriptor: int, like: str) -> None:
     try:
         model = os.stat(like)
-        os.fchmod(descriptor, model.st_mode & 0o666)
-        if os.geteuid() == 0:
-            os.fchown(descriptor, model.st_uid, model.st_gid)
     except FileNotFoundError:
-        pass  # no database file yet: keep 0600, this process's user
-    return descriptor
+        return  # no database file yet: keep 0600, this process's user
+    os.fchmod(descriptor, model.st_mode & 0o666)
+    if os.geteuid() == 0:
+        os.fchown(descriptor, model.st_uid, model.st_gid)
 
 
 def _read(descriptor: int) -> int:
@@ -166,6 +186,11 @@ class _Entries(Generic[K, V]):
 
     generation: int
     values: dict[K, V] = field(default_factory=dict)
+    weight: int = 0
+
+
+def _one(value: object) -> int:
+    return 1
 
 
 class ReadCache(Generic[K, V]):
@@ -174,15 +199,23 @@ class ReadCache(Generic[K, V]):
 
     Without a signal — PostgreSQL, not POSIX, or a file this process cannot open — nothing
     is remembered; and a process that cannot open an existing index's signal may not make
-    the change (:meth:`changing` refuses), since the others would never hear of it.
+    the change (:meth:`changing` refuses), since the others would never hear of it. What is
+    remembered weighs at most ``budget`` (``weigh`` of each value; 1 by default): past it,
+    everything is forgotten at once, which costs one index read per value to recover.
     """
 
-    def __init__(self, database: str | None, kind: str, *, size: int) -> None:
-        self.path = (f"{database}.{kind}"
+    def __init__(
+        self, database: str | None, kind: str, *, budget: int,
+        weigh: Callable[[V], int] = _one,
+    ) -> None:
+        # The real path: two processes reaching one database through different links must
+        # still share one signal.
+        self.path = (f"{os.path.realpath(database)}.{kind}"
                      if database is not None and ChangeSignal.available() else None)
         self._signal = _open_signal(self.path, database)
         self._entries: _Entries[K, V] = _Entries(-1)
-        self._size = size
+        self._budget = budget
+        self._weigh = weigh
 
     def get(self, key: K) -> V | None:
         """The remembered value, or None: a dictionary read and a memory read, no more."""
@@ -208,9 +241,14 @@ class ReadCache(Generic[K, V]):
             if generation < entries.generation:
                 return  # read just before another thread saw a newer one
             entries = self._entries = _Entries(generation)
-        if len(entries.values) >= self._size:
+        weight = self._weigh(value)
+        if weight > self._budget:
+            return
+        if entries.weight + weight > self._budget:
             entries.values.clear()
+            entries.weight = 0
         entries.values[key] = value
+        entries.weight += weight
 
     def changing(self) -> AbstractContextManager[None]:
         """Wrap the commit of a change that alters what may be remembered, in any process."""

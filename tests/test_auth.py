@@ -176,6 +176,16 @@ def test_repeated_write_is_201_in_another_tenant(world: World) -> None:
     assert other.json()["content_hash"] == world.memento["content_hash"]
 
 
+@pytest.mark.parametrize("written", ["Bearer  {key}", "bearer {key}", "Bearer {key} "])
+def test_the_uri_m_route_reads_a_key_as_the_other_routes_do(world: World, written: str) -> None:
+    """The URI-M route parses Authorization itself (plain ASGI): it must accept exactly what
+    FastAPI's bearer scheme accepts on every other route."""
+    headers = {"Authorization": written.format(key=world.keys[("default", Role.AUDITOR)])}
+    metadata = world.client.get(f"/api/v1/mementos/{world.memento['id']}", headers=headers)
+    content = world.client.get(f"/memento/{world.memento['id']}", headers=headers)
+    assert (metadata.status_code, content.status_code) == (200, 200)
+
+
 def test_revoked_key_stops_at_once(world: World) -> None:
     issued = world.archive.keys.create("default", Role.AUDITOR)
     headers = {"Authorization": f"Bearer {issued.key}"}

@@ -22,7 +22,7 @@ from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, Gone, Unauthenticated
 from archive.keys import Role
-from archive.signals import ChangeSignal
+from archive.signals import ChangeSignal, ReadCache
 
 
 def _write_copies(path: Path, first: int, second: int) -> None:
@@ -335,3 +335,63 @@ def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_
         assert reader.memento_to_serve("default", memento.id).deleted_at is None
     finally:
         reader.close()
+
+
+def test_a_read_cache_forgets_everything_past_its_budget_and_never_holds_an_outsize_value(
+    tmp_path: Path,
+) -> None:
+    cache: ReadCache[str, str] = ReadCache(str(tmp_path / "index"), "deletions", budget=10, weigh=len)
+    generation = cache.generation()
+    cache.put(generation, "a", "xxxx")
+    cache.put(generation, "b", "yyyy")
+    assert (cache.get("a"), cache.get("b")) == ("xxxx", "yyyy")
+    cache.put(generation, "c", "zzzz")  # 12 > 10: forget, then remember the new one
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, None, "zzzz")
+    cache.put(generation, "d", "w" * 11)
+    assert cache.get("d") is None and cache.get("c") == "zzzz"
+    cache.close()
+
+
+def test_processes_reaching_one_database_through_a_link_share_its_signal(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "index.sqlite3"
+    real.parent.mkdir()
+    real.write_bytes(b"")
+    linked = tmp_path / "elsewhere.sqlite3"
+    linked.symlink_to(real)
+    server: ReadCache[str, str] = ReadCache(str(real), "deletions", budget=10)
+    cron: ReadCache[str, str] = ReadCache(str(linked), "deletions", budget=10)
+    server.put(server.generation(), "memento", "live")
+    with cron.changing():
+        pass
+    assert server.get("memento") is None
+    assert sorted(p.name for p in real.parent.iterdir()) == ["index.sqlite3", "index.sqlite3.deletions"]
+    server.close()
+    cron.close()
+
+
+def test_a_served_memento_swept_by_the_cli_in_another_process_is_gone_at_once(
+    tmp_path: Path,
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    config = tmp_path / "amber.toml"
+    config.write_text("[citations]\nretention_days = 0\n")
+    environ = {"AMBER_DATA_DIR": str(tmp_path / "amber"), "AMBER_CONFIG": str(config)}
+    settings = Settings.from_env(environ)
+    served = Archive.open(settings)
+    try:
+        memento = _passage(served)  # uncited, no grace: expired as soon as it is written
+        with TestClient(create_app(settings, archive=served, auth=False)) as client:
+            for _ in range(2):
+                assert client.get(f"/memento/{memento.id}").status_code == 200
+            done = subprocess.run(
+                [*amber_command(), "retention", "sweep", "--json"], env=clean_environ(environ),
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert '"mementos_deleted": 1' in done.stdout
+            assert client.get(f"/memento/{memento.id}").status_code == 410
+    finally:
+        served.close()
