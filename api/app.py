@@ -75,9 +75,8 @@ def create_app(
     app.state.urls = Urls(base_url)
     app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls)
     if archive is not None:
-        app.memento_route.start(archive)
-    if archive is not None:
         app.state.archive = archive
+        app.memento_route.start(archive)
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(mementos.router)

@@ -114,8 +114,10 @@ def _position() -> Any:
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
-# Bytes of live mementos one process remembers for URI-M answers (by sys.getsizeof).
-LIVE_MEMENTOS_BUDGET = 32 * 1024 * 1024
+# Bytes (by sys.getsizeof) one process remembers in each cache of live mementos, or of
+# what is derived from them (the URI-M route's headers).
+LIVE_CACHE_BUDGET = 32 * 1024 * 1024
+
 
 class Index:
     def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
@@ -380,7 +382,7 @@ class Index:
         return None if row is None else _memento_from(row)
 
     def cache_until_deletion(self, weigh: Callable[[Any], int],
-                             budget: int = LIVE_MEMENTOS_BUDGET) -> ReadCache[Any, Any]:
+                             budget: int = LIVE_CACHE_BUDGET) -> ReadCache[Any, Any]:
         """A cache of what is derived from live mementos, emptied by the next deletion
         committed in any process (nothing is remembered on PostgreSQL)."""
         return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
