@@ -410,8 +410,13 @@ class CitationDesk:
             inserted = self.index.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )
-            # The cited evidence now lives at least as long as the transcripts citing it.
-            self.index.extend_expiries(connection, [reach for job in jobs for reach in _reach(job)])
+            # The cited evidence now lives at least as long as the transcripts citing it, as
+            # they stand now: read before this transaction, a retention shortened meanwhile
+            # would extend the evidence past every transcript's date.
+            retain_until = self.archive.transcripts.retain_until_on(
+                connection, {(job.tenant, job.transcript.id) for job in jobs})
+            self.index.extend_expiries(
+                connection, [reach for job in jobs for reach in _reach(job, retain_until)])
             results: list[CiteResult | BaseException] = []
             first_seen: set[str] = set()
             for job in jobs:
@@ -548,11 +553,14 @@ class CitationDesk:
         }, sort_keys=True))
 
 
-def _reach(job: _StoreJob) -> list[tuple[str, str, datetime]]:
+def _reach(
+    job: _StoreJob, retain_until: dict[tuple[str, str], datetime]
+) -> list[tuple[str, str, datetime]]:
     """(tenant, memento id, until) for every memento a job's citations reach."""
+    until = retain_until[(job.tenant, job.transcript.id)]
     reached = [m.id for m in job.mementos]
     reached += [r["document_memento_id"] for r in job.rows if r["document_memento_id"]]
-    return [(job.tenant, memento_id_, job.transcript.retain_until) for memento_id_ in reached]
+    return [(job.tenant, memento_id_, until) for memento_id_ in reached]
 
 
 def _citation_from(row: Any, passage: Memento) -> Citation:

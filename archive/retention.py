@@ -93,8 +93,14 @@ class SweepReport:
 
 class _Verdict(NamedTuple):  # a tuple: built once per evaluated memento, cheaply
     memento_id: str
-    expiry: datetime | None  # None: held
+    until: datetime  # the expiry the citations (or the grace period) give, holds aside
+    held: bool  # under a legal hold: kept whatever ``until`` says
     cited: bool  # some transcript reaches it (else the grace period applies)
+
+    @property
+    def expiry(self) -> datetime | None:
+        """When it may be deleted; None while held."""
+        return None if self.held else self.until
 
     def reason(self, grace: timedelta, policies: Iterable[str]) -> dict[str, Any]:
         """Why it expired: dates and policy only (built for deleted mementos alone).
@@ -309,7 +315,7 @@ class Retention:
         return self._queries
 
     def _evaluate(self, connection: Any, ids: Sequence[str]) -> list[_Verdict]:
-        """Each memento's true expiry from the citations (None while a hold applies)."""
+        """Each memento's true expiry from the citations, and whether a hold applies."""
         queries = self._evaluation_queries()
         batch = {"ids": json.dumps(list(ids))}
         rows = connection.execute(queries.rows, batch).all()
@@ -320,9 +326,9 @@ class Retention:
         for memento_id, archived_at, held in rows:
             reached = citing.get(memento_id)
             if reached is None:
-                verdicts.append(_Verdict(memento_id, None if held else archived_at + grace, False))
+                verdicts.append(_Verdict(memento_id, archived_at + grace, bool(held), False))
             else:
-                verdicts.append(_Verdict(memento_id, None if held or reached[1] else reached[0], True))
+                verdicts.append(_Verdict(memento_id, reached[0], bool(held or reached[1]), True))
         return verdicts
 
     def _policies(self, connection: Any, memento_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -561,7 +567,10 @@ class Retention:
     ) -> datetime:
         """Set a transcript's retention, shorter included (admin, with a reason)."""
         reason = _check_reason(reason)
-        with self.index.write() as connection:
+        # Exclusive: two changes (or a change and a citation) evaluating side by side on
+        # PostgreSQL would each miss the other's uncommitted rows, and the last to write
+        # could leave a date later than any transcript's, which no sweep would look at.
+        with self.index.write(exclusive=True) as connection:
             row = connection.execute(
                 select(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
             ).first()
@@ -578,11 +587,11 @@ class Retention:
             if until >= row.retain_until:
                 self.index.extend_expiry(connection, tenant, reached, until)
             else:
-                # Shortened: recompute from every citing transcript (a sweep re-checks too).
+                # Shortened: recompute from every citing transcript. Held ones too: a sweep
+                # only looks at what is due, so a date left too late would outlive the hold.
                 for verdict in self._evaluate(connection, reached):
-                    if verdict.expiry is not None:
-                        connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
-                                           .values(expires_at=verdict.expiry))
+                    connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
+                                       .values(expires_at=verdict.until))
             self._log(connection, tenant, actor, "retention.change", "transcript", transcript_id, reason,
                       {"from": to_rfc3339(row.retain_until), "to": to_rfc3339(until), "retention": label})
         return until

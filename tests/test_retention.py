@@ -541,3 +541,80 @@ def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_versi
     assert live.blob_version_id == first.blob_version_id
     assert archive.read_content(live) == content
     assert_no_dangling_rows(archive)
+
+
+def _expires_at(archive: Archive, memento_id: str) -> Any:
+    with archive.index.read() as connection:
+        return connection.execute(select(mementos.c.expires_at).where(mementos.c.id == memento_id)).scalar_one()
+
+
+def _retain_until(archive: Archive, transcript_id: str) -> Any:
+    return archive.transcripts.get("default", transcript_id).retain_until
+
+
+def test_a_shortening_while_a_hold_applies_still_moves_the_date_forward(archive: Archive) -> None:
+    """A sweep only looks at what is due: a date left too late would keep the evidence past
+    every transcript once the hold is released (found by a review session)."""
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.transcripts.put("default", "t1", "P10Y", {})
+    passage = cite(archive, "t1", document.id, "40 euros").passage
+    archive.retention.set_memento_hold("default", passage.id, True, "audit", "admin-key")
+    archive.retention.change_retention("default", "t1", "P1D", "mistake", "admin-key")
+    archive.retention.set_memento_hold("default", passage.id, False, "audit over", "admin-key")
+    assert _expires_at(archive, passage.id) == _retain_until(archive, "t1")
+    report = archive.retention.sweep(now=_retain_until(archive, "t1") + 30 * DAY)
+    assert passage.id in report.deleted_ids
+
+
+def test_a_citation_racing_a_shortening_lives_only_as_long_as_the_transcript_now(
+    archive: Archive, monkeypatch: Any
+) -> None:
+    """cite() reads its transcript before the write transaction; a shortening committed in
+    between must not let the citation extend its evidence to the old date."""
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.transcripts.put("default", "t1", "P10Y", {})
+    committer = archive.citations._committer
+    real_submit = committer.submit
+
+    def shortened_meanwhile(job: Any) -> Any:
+        archive.retention.change_retention("default", "t1", "P1D", "mistake", "admin-key")
+        return real_submit(job)
+
+    monkeypatch.setattr(committer, "submit", shortened_meanwhile)
+    passage = cite(archive, "t1", document.id, "40 euros").passage
+    # A new memento's date starts at its grace date and citations only extend it: here the
+    # transcript's one day is shorter, so the grace date stays (a sweep then re-evaluates).
+    grace_date = passage.archived_at + archive.retention.grace
+    assert _expires_at(archive, passage.id) == max(_retain_until(archive, "t1"), grace_date)
+    report = archive.retention.sweep(now=_retain_until(archive, "t1") + 30 * DAY)
+    assert passage.id in report.deleted_ids
+
+
+def test_two_shortenings_at_once_leave_the_latest_transcripts_date(
+    archive: Archive, monkeypatch: Any
+) -> None:
+    """On PostgreSQL writers run side by side: two shortenings evaluating at once would each
+    miss the other's change, and the last to write would leave a date too late."""
+    document = capture(archive, b"The fee is 40 euros." + FILLER)
+    archive.transcripts.put("default", "t1", "P10Y", {})
+    archive.transcripts.put("default", "t2", "P8Y", {})
+    passage = cite(archive, "t1", document.id, "40 euros").passage
+    assert cite(archive, "t2", document.id, "40 euros").passage.id == passage.id
+    real_evaluate = Retention._evaluate
+    others: list[threading.Thread] = []
+
+    def evaluate(self: Retention, connection: Any, ids: Any) -> Any:
+        verdicts = real_evaluate(self, connection, ids)
+        if not others:  # the first shortening has evaluated: start the second beside it
+            thread = threading.Thread(target=lambda: archive.retention.change_retention(
+                "default", "t2", "P2D", "mistake", "admin-key"))
+            others.append(thread)
+            thread.start()
+            thread.join(timeout=1.0)  # blocked on the first one's lock: serialised, correct
+        return verdicts
+
+    monkeypatch.setattr(Retention, "_evaluate", evaluate)
+    archive.retention.change_retention("default", "t1", "P1D", "mistake", "admin-key")
+    others[0].join()
+    latest = max(_retain_until(archive, "t1"), _retain_until(archive, "t2"))
+    assert _expires_at(archive, passage.id) == latest
