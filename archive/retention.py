@@ -43,7 +43,6 @@ from sqlalchemy import (
     exists,
     func,
     insert,
-    or_,
     select,
     tuple_,
     union_all,
@@ -203,13 +202,16 @@ class Retention:
                 .where(mementos.c.deleted_at.is_(None))
                 .group_by(mementos.c.content_hash, mementos.c.blob_version_id)
             ).all()
+            # Every path a sweep counts (citations, and what REACHERS adds, e.g. drift
+            # checks' archived pages), so the store holds what Amber itself would keep.
+            reach = self._reach(select(mementos.c.id).where(mementos.c.deleted_at.is_(None)),
+                                tuple(REACHERS))
             held_by_transcripts = set(connection.execute(
                 select(mementos.c.content_hash)
-                .join(citations, or_(citations.c.passage_memento_id == mementos.c.id,
-                                     citations.c.document_memento_id == mementos.c.id))
-                .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
-                                        transcripts.c.id == citations.c.transcript_id))
-                .where(transcripts.c.legal_hold == 1, mementos.c.deleted_at.is_(None))
+                .join(reach, reach.c.memento_id == mementos.c.id)
+                .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
+                                        transcripts.c.id == reach.c.transcript_id))
+                .where(transcripts.c.legal_hold == 1)
             ).scalars())
             applied = {row.address: row for row in connection.execute(
                 select(blobs.c.address, blobs.c.lock_until, blobs.c.lock_legal_hold))}

@@ -618,3 +618,30 @@ def test_two_shortenings_at_once_leave_the_latest_transcripts_date(
     others[0].join()
     latest = max(_retain_until(archive, "t1"), _retain_until(archive, "t2"))
     assert _expires_at(archive, passage.id) == latest
+
+
+@pytest.mark.seaweedfs
+def test_a_page_a_drift_check_archived_is_held_in_the_store_with_its_transcript(
+    governance_archive: Archive,
+) -> None:
+    """The sweep keeps what a drift check archived for as long as the checked citation's
+    transcript (and its hold); the store's legal hold must reach it the same way."""
+    from archive.schema import drift_checks
+
+    archive = governance_archive
+    document = capture(archive, b"Locked evidence sentence." + FILLER)
+    archive.transcripts.put("default", "t", "P2Y", {})
+    citation = cite(archive, "t", document.id, "evidence sentence")
+    live_page = capture(archive, b"The page as the drift check found it." + FILLER,
+                        uri="https://ex.org/a?checked")
+    with archive.index.write() as connection:  # what a drift check records (archive/drift.py)
+        connection.execute(drift_checks.insert().values(
+            id="check-1", tenant="default", citation_id=citation.id, transcript_id="t",
+            memento_id=citation.passage.id, uri_r="https://ex.org/a", host="ex.org",
+            run_id="run-1", checked_at=utc_now(), verdict="material", rules_version="test",
+            reasons_json="[]", live_document_memento_id=live_page.id))
+    archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
+    with archive.index.read() as connection:  # Amber itself keeps it ...
+        assert archive.retention._evaluate(connection, [live_page.id])[0].held
+    archive.retention.sweep()  # ... and so must the store
+    assert archive.blobs.retention_of(live_page.content_hash, live_page.blob_version_id)[1] is True
