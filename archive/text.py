@@ -86,7 +86,9 @@ PLAIN_EXTRACTOR = "amber-plain"
 # Bump when the rules change what an extractor outputs for some input (see module docstring).
 # HTML 2, plain 2: only WHATWG character encodings are honoured as charsets (not idna,
 # punycode, unicode_escape, utf-7 …): HTML reads such a label as unknown, plain text refuses it.
-_HTML_RULES = 2
+# HTML 3: noframes, noembed, rp, param (display: none in the HTML UA stylesheet) and the
+# fallback content of video and audio (never shown by a browser that plays them) are not text.
+_HTML_RULES = 3
 _PDF_RULES = 1
 _PLAIN_RULES = 2
 
@@ -305,7 +307,8 @@ def decode_html(content: bytes, charset: str | None) -> str:
 # Never rendered: their text is not visible text.
 _SKIP_TAGS = (
     "head", "title", "script", "style", "noscript", "template", "iframe", "canvas",
-    "datalist", "desc", "meta", "link", "base",
+    "datalist", "desc", "meta", "link", "base", "noframes", "noembed", "rp", "param",
+    "video", "audio",
 )
 # Block-level boxes (CSS display other than inline in the HTML UA stylesheet).
 _BLOCK_TAGS = (

@@ -93,7 +93,7 @@ def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> by
 
 
 def test_extractors_are_named_and_versioned() -> None:
-    assert HTML_EXTRACTOR == "amber-html" and HTML_EXTRACTOR_VERSION.startswith("2+lexbor-")
+    assert HTML_EXTRACTOR == "amber-html" and HTML_EXTRACTOR_VERSION.startswith("3+lexbor-")
     assert PDF_EXTRACTOR == "amber-pdf" and PDF_EXTRACTOR_VERSION.startswith("1+pdfium-")
     assert PLAIN_EXTRACTOR == "amber-plain" and PLAIN_EXTRACTOR_VERSION == "2"
     assert extract_text(b"<p>x</p>", "text/html") == ExtractedText("x", HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
@@ -187,6 +187,20 @@ def test_invisible_elements_and_attributes_are_not_text() -> None:
         "<svg><title>svg title</title><text>svg text</text></svg><title>late title</title></body>"
     )
     assert text == "yes\nsvg text"
+
+
+def test_fallback_content_a_browser_does_not_show_is_not_text() -> None:
+    """Hidden by the HTML UA stylesheet (noframes, noembed, rp, param) or never shown by a
+    browser that plays the media (video, audio); an object's fallback is shown whenever the
+    object cannot be, so it stays."""
+    text = html(
+        "<p>Visible.</p><noframes>no frames</noframes><noembed>no embed</noembed>"
+        "<ruby>漢<rp>(</rp><rt>kan</rt><rp>)</rp></ruby>"
+        "<video src='v.mp4'>Your browser cannot play video</video>"
+        "<audio src='a.mp3'><source src='a.ogg'>No audio</audio>"
+        "<object data='x.svg'><param name='p' value='v'>Object fallback</object>"
+    )
+    assert text == "Visible.\n漢kanObject fallback"
 
 
 def test_entities_decoded_nbsp_kept() -> None:
