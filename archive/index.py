@@ -184,7 +184,7 @@ class Index:
 
         PostgreSQL runs writers concurrently, at READ COMMITTED: there every write holds a
         shared transaction-level advisory lock, and ``exclusive`` ones (retention's
-        deletions) hold it alone. A sweep then never evaluates and deletes while a citation,
+        deletions and retention changes) hold it alone. A sweep then never evaluates and deletes while a citation,
         hold or extension that reaches the same memento commits beside it unseen; writers
         still run beside each other. Taken first, so every later statement of the
         transaction sees what the other side committed.

@@ -101,14 +101,7 @@ def test_a_process_that_cannot_open_the_signal_checks_every_key_and_cannot_revok
     archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
     issued = archive.keys.create("default", Role.AGENT)
     archive.close()
-    real_open = os.open
-
-    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
-        if str(path).endswith(".revocations"):  # as for another user's 0600 file
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(signals.os, "open", refusing)
+    _refuse_to_open(monkeypatch, ".revocations")
     reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
     try:
         lookups = _count_lookups(reader, monkeypatch)
@@ -129,16 +122,44 @@ def embedded(tmp_path: Path) -> Iterator[Archive]:
     archive.close()
 
 
-def _count_lookups(archive: Archive, monkeypatch: Any) -> list[str]:
+def _count_lookups(
+    archive: Archive, monkeypatch: Any, of: str = "key_id", meanwhile: Any = None
+) -> list[str]:
+    """The ``of`` values (key ids, memento ids) of the index look-ups from now on; after
+    each, ``meanwhile()`` runs (a change committing between the read and what follows)."""
     calls: list[str] = []
     real = archive.index.lookups.first
 
     def counting(lookup: Any, **values: Any) -> Any:
-        calls.append(values.get("key_id", ""))
-        return real(lookup, **values)
+        row = real(lookup, **values)
+        if of in values:
+            calls.append(values[of])
+            if meanwhile is not None:
+                meanwhile()
+        return row
 
     monkeypatch.setattr(archive.index.lookups, "first", counting)
     return calls
+
+
+def _in_another_process(tmp_path: Path, action: Any) -> None:
+    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))
+    try:
+        action(elsewhere)
+    finally:
+        elsewhere.close()
+
+
+def _refuse_to_open(monkeypatch: Any, suffix: str) -> None:
+    """Opening the signal file ending in ``suffix`` fails, as for another user's 0600 file."""
+    real_open = os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(suffix):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(signals.os, "open", refusing)
 
 
 def test_verified_keys_are_reused_until_any_revocation(
@@ -150,11 +171,7 @@ def test_verified_keys_are_reused_until_any_revocation(
     for _ in range(3):
         assert embedded.keys.authenticate(kept.key).key_id == kept.info.key_id
     assert lookups == [kept.info.key_id]  # checked once, then remembered
-    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))  # as another process
-    try:
-        elsewhere.keys.revoke(other.info.key_id)
-    finally:
-        elsewhere.close()
+    _in_another_process(tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id))
     assert embedded.keys.authenticate(kept.key).key_id == kept.info.key_id
     assert lookups == [kept.info.key_id] * 2  # a revocation, of any key: checked again
     with pytest.raises(Unauthenticated):
@@ -204,11 +221,7 @@ def test_a_key_is_remembered_once_verified_and_until_the_next_revocation(
     assert remembered is not None and remembered.key_id == issued.info.key_id
     assert embedded.keys.remembered(issued.key[:-1] + "A") is None
     assert embedded.keys.remembered("x" * 1000) is None
-    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))  # as another process
-    try:
-        elsewhere.keys.revoke(other.info.key_id)
-    finally:
-        elsewhere.close()
+    _in_another_process(tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id))
     assert embedded.keys.remembered(issued.key) is None  # any revocation: verify again
 
 
@@ -219,50 +232,16 @@ def test_a_key_verified_while_a_revocation_commits_is_not_remembered_after_it(
     remembered under the generation that revocation ended with."""
     issued = embedded.keys.create("default", Role.AGENT)
     other = embedded.keys.create("default", Role.AGENT)
-    real = embedded.index.lookups.first
-
-    def revoking_meanwhile(lookup: Any, **values: Any) -> Any:
-        row = real(lookup, **values)  # read before the revocation commits
-        elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))
-        try:
-            elsewhere.keys.revoke(other.info.key_id)
-        finally:
-            elsewhere.close()
-        return row
-
-    monkeypatch.setattr(embedded.index.lookups, "first", revoking_meanwhile)
+    _count_lookups(embedded, monkeypatch, meanwhile=lambda: _in_another_process(
+        tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id)))
     assert embedded.keys.verify(issued.key).key_id == issued.info.key_id
     assert embedded.keys.remembered(issued.key) is None
-
-
-def _count_memento_lookups(archive: Archive, monkeypatch: Any, meanwhile: Any = None) -> list[str]:
-    calls: list[str] = []
-    real = archive.index.lookups.first
-
-    def counting(lookup: Any, **values: Any) -> Any:
-        row = real(lookup, **values)
-        if "id" in values:
-            calls.append(values["id"])
-            if meanwhile is not None:
-                meanwhile()
-        return row
-
-    monkeypatch.setattr(archive.index.lookups, "first", counting)
-    return calls
 
 
 def _passage(archive: Archive, text: str = "kept for a while") -> Any:
     return archive.write_memento(
         MementoRequest(uri_r="https://ex.org/p", content=text.encode(), content_type="text/plain")
     ).memento
-
-
-def _in_another_process(tmp_path: Path, action: Any) -> None:
-    elsewhere = Archive.open(Settings(data_dir=tmp_path / "amber"))
-    try:
-        action(elsewhere)
-    finally:
-        elsewhere.close()
 
 
 @pytest.mark.parametrize("deletion", ["erasure", "expiry sweep"])
@@ -274,7 +253,7 @@ def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
     from api.app import create_app
 
     kept, doomed = _passage(embedded, "kept"), _passage(embedded, "doomed")
-    lookups = _count_memento_lookups(embedded, monkeypatch)
+    lookups = _count_lookups(embedded, monkeypatch, of="id")
     with TestClient(create_app(embedded.settings, archive=embedded, auth=False)) as client:
         for _ in range(3):
             for memento in (kept, doomed):
@@ -300,7 +279,7 @@ def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
     memento = _passage(embedded)
     erase = lambda: _in_another_process(  # noqa: E731
         tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin"))
-    lookups = _count_memento_lookups(embedded, monkeypatch, meanwhile=erase)
+    lookups = _count_lookups(embedded, monkeypatch, of="id", meanwhile=erase)
     assert embedded.memento_to_serve("default", memento.id).id == memento.id  # read just before
     monkeypatch.undo()
     with pytest.raises(Gone):
@@ -314,17 +293,10 @@ def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_
     archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
     memento = _passage(archive)
     archive.close()
-    real_open = os.open
-
-    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
-        if str(path).endswith(".deletions"):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(signals.os, "open", refusing)
+    _refuse_to_open(monkeypatch, ".deletions")
     reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
     try:
-        lookups = _count_memento_lookups(reader, monkeypatch)
+        lookups = _count_lookups(reader, monkeypatch, of="id")
         for _ in range(2):
             assert reader.memento_to_serve("default", memento.id).id == memento.id
         assert len(lookups) == 2  # nothing remembered without the signal
