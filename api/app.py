@@ -26,14 +26,19 @@ query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<
 
 
 class AmberApp(FastAPI):
-    """FastAPI, with the URI-M route served before the framework's stack (see
-    :class:`api.mementos.MementoRoute`; the FastAPI route documents it)."""
+    """FastAPI, with the URI-M and write routes served before the framework's stack (see
+    :class:`api.mementos.MementoRoute` and :class:`api.mementos.WriteRoute`; the FastAPI
+    routes document them)."""
 
     memento_route: mementos.MementoRoute
+    write_route: mementos.WriteRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if mementos.is_memento_content(scope):
             await self.memento_route.serve(scope, receive, send)
+            return
+        if mementos.is_memento_write(scope):
+            await self.write_route.serve(scope, receive, send, super().__call__)
             return
         await super().__call__(scope, receive, send)
 
@@ -56,6 +61,7 @@ def create_app(
         assert isinstance(app, AmberApp)
         app.state.gatekeeper.archive = app.state.archive
         app.memento_route.start(app.state.archive)
+        app.write_route.start(app.state.archive)
         try:
             yield
         finally:
@@ -74,9 +80,11 @@ def create_app(
         auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive)
     app.state.urls = Urls(base_url)
     app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls)
+    app.write_route = mementos.WriteRoute(app.state.gatekeeper, app.state.urls, settings.max_body_bytes)
     if archive is not None:
         app.state.archive = archive
         app.memento_route.start(archive)
+        app.write_route.start(archive)
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(mementos.router)

@@ -58,13 +58,13 @@ def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], 
     return register
 
 
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 async def idempotency_key(
     key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
 ) -> str | None:
     """The optional ``Idempotency-Key`` header, validated (printable ASCII, 1-255)."""
-    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
     return key

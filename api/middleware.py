@@ -21,7 +21,7 @@ class BodySizeLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await _reject(send)
+            await reject_too_large(send)
             return
         seen = 0
         response_started = False
@@ -45,7 +45,7 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not response_started:
-                await _reject(send)
+                await reject_too_large(send)
 
 
 class _TooLarge(HTTPException):
@@ -65,7 +65,7 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _reject(send: Send) -> None:
+async def reject_too_large(send: Send) -> None:
     body = json.dumps(error_body("payload_too_large", "request body is over the size limit")).encode()
     await send(
         {

@@ -8,6 +8,7 @@ blob for garbage collection, never an index row pointing at nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,6 +52,8 @@ EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
 # Reading (and re-hashing) a local blob this small takes microseconds: less than handing
 # the call to a worker thread. Larger ones, or any network read, go to a thread.
 QUICK_READ_BYTES = 256 * 1024
+# Likewise for hashing and staging a write's bytes on the caller's event loop.
+QUICK_WRITE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,47 @@ class Archive:
         request_hash: str | None = None,
     ) -> WriteResult:
         """Store a memento durably; idempotent. Raises :class:`InvalidInput` subclasses."""
+        pending = self.prepare_write(request, tenant, idempotency_key, request_hash)
+        if isinstance(pending, WriteResult):
+            return pending
+        with discard_on_failure(self.blobs, [pending.staged]):
+            return self._committer.submit(pending)
+
+    async def write_memento_async(
+        self,
+        request: MementoRequest,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> WriteResult:
+        """:meth:`write_memento` for an event loop, when :meth:`write_is_quick`: checking
+        and staging run on the loop, and the loop serves other requests while the group
+        commit makes the write durable."""
+        pending = self.prepare_write(request, tenant, idempotency_key, request_hash)
+        if isinstance(pending, WriteResult):
+            return pending
+        try:
+            return await self._committer.submit_async(pending)
+        except asyncio.CancelledError:
+            raise  # still queued: the commit publishes the staged bytes or discards them
+        except BaseException:
+            self.blobs.discard([pending.staged])
+            raise
+
+    def write_is_quick(self, size: int) -> bool:
+        """Whether checking and staging a write of ``size`` bytes takes microseconds: a small
+        body, a local blob store and an in-process index (SQLite); no network round trip."""
+        return size <= QUICK_WRITE_BYTES and self.blobs.reads_in_process and self.index.reads_in_process
+
+    def prepare_write(
+        self,
+        request: MementoRequest,
+        tenant: str,
+        idempotency_key: str | None,
+        request_hash: str | None,
+    ) -> _PendingWrite | WriteResult:
+        """Check a write and stage its bytes; or the first answer of a replayed request."""
         if idempotency_key is not None:
             replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
             if replay is not None:
@@ -173,9 +217,7 @@ class Archive:
                 scope=request.scope,
                 facts=facts,
             )
-            return self._committer.submit(
-                _PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
-            )
+        return _PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
 
     def initial_lock(self, archived_at: datetime) -> datetime | None:
         """With S3 Object Lock, a new blob is locked for the grace period from the start;
