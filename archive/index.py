@@ -28,18 +28,19 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    literal_column,
     select,
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.migrations import migrate
-from archive.prepared import Lookups, PreparedWrite
+from archive.prepared import BatchInsert, Lookups, PreparedWrite
 from archive.schema import blobs, idempotency_keys, mementos, tenants
 from archive.signals import ReadCache
 
@@ -136,7 +137,7 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
-        self._inserts: dict[tuple[Any, ...], PreparedWrite] = {}
+        self._inserts: dict[tuple[Any, ...], BatchInsert] = {}
         self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
             self._reader, _sqlite_path(self.url) if self.dialect == "sqlite" else None
@@ -149,9 +150,11 @@ class Index:
             ids = func.json_each(bindparam("ids", type_=Text)).table_valued("value")
             self._mementos_by_ids = self.lookups.prepare(
                 select(mementos).where(mementos.c.id.in_(select(ids.c.value))))
+            # Only blobs whose version a write must look at: being deleted, or versioned.
             self._blob_states_by_address = self.lookups.prepare(
                 select(blobs.c.address, blobs.c.state, blobs.c.version_id)
-                .where(blobs.c.address.in_(select(ids.c.value))))
+                .where(blobs.c.address.in_(select(ids.c.value)),
+                       (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None)))
         # Live mementos, remembered until the next deletion committed in any process
         # (archive/signals.py; only on SQLite): see live_memento.
         self._live: ReadCache[tuple[str, str], Memento] = self.cache_until_deletion(
@@ -256,7 +259,8 @@ class Index:
     ) -> dict[str, str | None]:
         """Each blob's current version, re-storing (under the write lock) those a retention
         sweep has marked or finished deleting."""
-        versions: dict[str, str | None] = {}
+        # A blob not listed is live and unversioned (its row was inserted or kept just now).
+        versions: dict[str, str | None] = dict.fromkeys(addresses)
         for address, state, version_id in self._blob_states(connection, sorted(addresses)):
             if state == "live":
                 versions[address] = version_id
@@ -274,7 +278,8 @@ class Index:
         return versions
 
     def _blob_states(self, connection: Connection, addresses: list[str]) -> list[tuple[Any, ...]]:
-        """(address, state, version_id) of these blobs, inside the write transaction."""
+        """(address, state, version_id) of these blobs, inside the write transaction; on
+        SQLite only those not live or versioned."""
         if self.dialect == "sqlite":
             # Every write batch asks: one prepared statement on the driver, as for mementos.
             # SQLite took the write lock at BEGIN IMMEDIATE, so no row lock is needed.
@@ -351,13 +356,10 @@ class Index:
         if not rows:
             return set()
         if self.dialect == "sqlite":
-            # Row by row on the driver: rowcount tells inserted from ignored, and it costs a
-            # fraction of Core's multi-row INSERT … RETURNING (the writer is the bottleneck).
-            prepared = self._prepared_insert(table, conflict, list(rows[0]))
-            return prepared.run_each(
-                connection.connection.dbapi_connection, rows,
-                None if returning is None else returning.key,
-            )
+            # One statement for the batch, on the driver (prepared.BatchInsert says why).
+            insert = self._batch_insert(table, conflict, list(rows[0]),
+                                        None if returning is None else returning.key)
+            return insert.run(connection.connection.dbapi_connection, rows)
         statement = postgresql.insert(table).on_conflict_do_nothing(index_elements=conflict)
         if returning is None:
             connection.execute(statement, rows)
@@ -367,12 +369,12 @@ class Index:
         result = connection.execute(statement.returning(returning), rows)
         return set(result.scalars().all())
 
-    def _prepared_insert(self, table: Any, conflict: list[str], keys: list[str]) -> PreparedWrite:
-        cache_key = (table.name, tuple(conflict), tuple(keys))
+    def _batch_insert(self, table: Any, conflict: list[str], keys: list[str],
+                      key: str | None) -> BatchInsert:
+        cache_key = (table.name, tuple(conflict), tuple(keys), key)
         prepared = self._inserts.get(cache_key)
         if prepared is None:
-            statement = sqlite.insert(table).on_conflict_do_nothing(index_elements=conflict)
-            prepared = self._inserts[cache_key] = PreparedWrite(statement, self._writer, keys)
+            prepared = self._inserts[cache_key] = BatchInsert(table, conflict, keys, self._writer, key)
         return prepared
 
     # -- reads ----------------------------------------------------------------------------
