@@ -9,15 +9,18 @@ blob for garbage collection, never an index row pointing at nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
 from archive.blobstore.base import StagedBlob, discard_on_failure
+from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationDesk
-from archive.committer import GroupCommitter
+from archive.committer import GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import to_rfc3339, utc_now
 from archive.drift import DriftService
@@ -30,7 +33,7 @@ from archive.exceptions import (
     PayloadTooLarge,
 )
 from archive.hashing import content_address
-from archive.index import DEFAULT_TENANT, Index, Neighbours, StoredResponse, WriteOutcome
+from archive.index import DEFAULT_TENANT, Index, Neighbours, OpenWrite, StoredResponse, WriteOutcome
 from archive.keys import KeyRing, load_server_secret
 from archive.mementos import (
     CaptureFacts,
@@ -38,12 +41,15 @@ from archive.mementos import (
     Scope,
     check_media_type,
     check_memento_id,
+    check_tool,
     memento_id,
     select_headers,
 )
 from archive.retention import Retention, ceil_to_day
 from archive.transcripts import TranscriptBook
 from archive.uri import URIR, parse_uri_r
+
+_T = TypeVar("_T")
 
 # Clocks of agents and server are never perfectly in step; a capture stamped this far
 # "in the future" is accepted as the client's claim rather than refused.
@@ -110,6 +116,12 @@ class Archive:
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch
         )
+        # Writes from an event loop (write_memento_async): committed by the loop, which
+        # waits for the disk in this one thread.
+        self._loop_committer: LoopGroupCommitter[_PendingWrite, WriteResult] = LoopGroupCommitter(
+            self._commit_batch_async
+        )
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amber-disk")
 
     @classmethod
     def open(cls, settings: Settings) -> Archive:
@@ -123,6 +135,7 @@ class Archive:
 
     def close(self) -> None:
         self._committer.close()
+        self._disk.shutdown(wait=True)
         self.citations.close()
         self.read_audit.close()
         self.keys.close()
@@ -161,7 +174,7 @@ class Archive:
         if isinstance(pending, WriteResult):
             return pending
         try:
-            return await self._committer.submit_async(pending)
+            return await self._loop_committer.submit(pending)
         except asyncio.CancelledError:
             raise  # still queued: the commit publishes the staged bytes or discards them
         except BaseException:
@@ -171,7 +184,8 @@ class Archive:
     def write_is_quick(self, size: int) -> bool:
         """Whether checking and staging a write of ``size`` bytes takes microseconds: a small
         body, a local blob store and an in-process index (SQLite); no network round trip."""
-        return size <= QUICK_WRITE_BYTES and self.blobs.reads_in_process and self.index.reads_in_process
+        return (size <= QUICK_WRITE_BYTES and isinstance(self.blobs, LocalBlobStore)
+                and self.index.reads_in_process)
 
     def prepare_write(
         self,
@@ -192,7 +206,7 @@ class Archive:
         if len(request.content) > self.settings.max_body_bytes:
             raise PayloadTooLarge("content is larger than the configured limit")
         facts = CaptureFacts(
-            tool=request.facts.tool,
+            tool=check_tool(request.facts.tool),
             final_url=request.facts.final_url,
             http_status=request.facts.http_status,
             headers=select_headers(request.facts.headers),
@@ -239,6 +253,47 @@ class Archive:
             for pending, outcome in zip(batch, outcomes, strict=True):
                 results.append(self._settle(connection, pending, outcome))
         return results
+
+    async def _commit_batch_async(
+        self, batch: Sequence[_PendingWrite]
+    ) -> list[WriteResult | BaseException]:
+        """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
+        write_is_quick). The syncs, the wait for the write lock and the commit run in the
+        disk thread; everything else runs here, so the two threads hand the GIL to each
+        other a handful of times per batch rather than at every statement."""
+        loop = asyncio.get_running_loop()
+
+        async def offload(function: Callable[[], _T]) -> _T:
+            return await loop.run_in_executor(self._disk, function)
+
+        contents = {p.memento.content_hash: p.content for p in batch}
+        blobs = self.blobs
+        assert isinstance(blobs, LocalBlobStore)
+        await blobs.publish_async([p.staged for p in batch], offload)
+        opening = loop.run_in_executor(self._disk, self.index.open_write)
+        try:
+            write = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(self._end_unused_write)
+            raise
+        try:
+            # A revived blob (one a sweep was deleting) is stored again right here: rare,
+            # and a local put of one blob.
+            outcomes = self.index.insert_mementos(
+                write.connection, [p.memento for p in batch],
+                revive=lambda address: blobs.put(contents[address]),
+            )
+            results = [self._settle(write.connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
+        except BaseException:
+            await offload(write.rollback)
+            raise
+        await offload(write.commit)
+        return results
+
+    def _end_unused_write(self, opening: asyncio.Future[OpenWrite]) -> None:
+        """A write transaction opened for a batch that was cancelled meanwhile: end it."""
+        if not opening.cancelled() and opening.exception() is None:
+            self._disk.submit(opening.result().rollback)
 
     def _settle(
         self, connection: object, pending: _PendingWrite, outcome: WriteOutcome

@@ -40,6 +40,7 @@ from archive.mementos import (
     Memento,
     Scope,
     check_media_type,
+    check_tool,
     memento_id,
     select_headers,
 )
@@ -342,7 +343,7 @@ class CitationDesk:
             uri = parse_uri_r(source.uri_r, self.archive.settings.internal_schemes)
             media_type = check_media_type(source.content_type)
             captured_at = self.archive.check_captured_at(source.captured_at, utc_now())
-            facts = CaptureFacts(tool=source.tool, final_url=source.final_url,
+            facts = CaptureFacts(tool=check_tool(source.tool), final_url=source.final_url,
                                  http_status=source.http_status, headers=select_headers(source.headers))
         except InvalidInput as error:
             raise _Rejected("invalid_source", error.message) from None

@@ -5,10 +5,11 @@ while a commit is in flight wait in a queue and are committed together by the ne
 the sync is paid once per batch instead of once per request — the classic group commit.
 Each caller still returns only after *its* rows are committed.
 
-Callers wait in one of two ways. A thread blocks in :meth:`GroupCommitter.submit`. A
-coroutine awaits :meth:`GroupCommitter.submit_async`: its event loop goes on serving other
-requests, and the worker wakes that loop once per batch, not once per caller. On a busy
-server, waking and switching threads cost more than the write itself (benchmarks/README.md).
+:class:`GroupCommitter` commits in a worker thread, for callers that block.
+:class:`LoopGroupCommitter` commits from the callers' event loop, handing only the waits
+for the disk to a thread: a worker thread beside a busy event loop passes the GIL back and
+forth around every system call and statement it makes, and those hand-overs cost more than
+the write itself (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -16,18 +17,15 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import Generic, TypeVar, Union
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
-
-# Who waits for an item: a blocked thread, or a coroutine on an event loop.
-_Waiter = Union[Future[R], "asyncio.Future[R]"]
 
 
 class GroupCommitter(Generic[T, R]):
@@ -40,7 +38,7 @@ class GroupCommitter(Generic[T, R]):
     ) -> None:
         self._commit_batch = commit_batch
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[tuple[T, _Waiter[R]] | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[T, Future[R]] | object] = queue.SimpleQueue()
         self._closed = False
         self._closing = threading.Lock()  # makes "check closed, then enqueue" atomic
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -49,22 +47,11 @@ class GroupCommitter(Generic[T, R]):
     def submit(self, item: T) -> R:
         """Queue ``item`` and block until the batch holding it has committed."""
         future: Future[R] = Future()
-        self._enqueue(item, future)
-        return future.result()
-
-    async def submit_async(self, item: T) -> R:
-        """Queue ``item`` and wait, without blocking the event loop, until the batch holding
-        it has committed. Once queued, the item is committed even if the waiting task is
-        cancelled: only its answer is lost, as when a client disconnects."""
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._enqueue(item, future)
-        return await future
-
-    def _enqueue(self, item: T, waiter: _Waiter[R]) -> None:
         with self._closing:
             if self._closed:
                 raise RuntimeError("committer is closed")
-            self._queue.put((item, waiter))
+            self._queue.put((item, future))
+        return future.result()
 
     def close(self) -> None:
         """Commit what is queued, then stop the worker."""
@@ -95,46 +82,103 @@ class GroupCommitter(Generic[T, R]):
             if stop_after:
                 return
 
-    def _commit(self, batch: list[tuple[T, _Waiter[R]]]) -> None:
+    def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
         try:
             results = self._commit_batch([item for item, _ in batch])
             if len(results) != len(batch):
                 raise RuntimeError("commit_batch returned the wrong number of results")
         except BaseException as exc:  # handed to the waiting callers, never lost
             if len(batch) == 1:
-                _answer([(batch[0][1], exc)])
+                batch[0][1].set_exception(exc)
                 return
             # One bad item must not fail its neighbours: retry them one by one.
             for entry in batch:
                 self._commit([entry])
             return
-        _answer([(waiter, result) for (_, waiter), result in zip(batch, results, strict=True)])
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
 
-def _answer(answers: Sequence[tuple[_Waiter[R], R | BaseException]]) -> None:
-    """Hand each waiter its result: threads directly, each event loop in one call."""
-    by_loop: defaultdict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[R], R | BaseException]]]
-    by_loop = defaultdict(list)
-    for waiter, result in answers:
-        if isinstance(waiter, asyncio.Future):
-            by_loop[waiter.get_loop()].append((waiter, result))
-        elif isinstance(result, BaseException):
-            waiter.set_exception(result)
-        else:
-            waiter.set_result(result)
-    for loop, settled in by_loop.items():
+class LoopGroupCommitter(Generic[T, R]):
+    """Group commit on the caller's event loop: items submitted while a batch commits are
+    committed together by the next one, by a task on that loop. ``commit_batch`` is a
+    coroutine; it must hand anything that blocks (disk syncs, lock waits) to a thread."""
+
+    def __init__(
+        self,
+        commit_batch: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        *,
+        max_batch: int = 256,
+    ) -> None:
+        self._commit_batch = commit_batch
+        self._max_batch = max_batch
+        # Per event loop (tests run several, one after the other): what waits, and the
+        # task committing it while there is any.
+        self._queues: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, _LoopQueue[T, R]] = weakref.WeakKeyDictionary()
+
+    async def submit(self, item: T) -> R:
+        """Queue ``item`` and wait until the batch holding it has committed. Once queued,
+        it is committed even if the waiting task is cancelled."""
+        loop = asyncio.get_running_loop()
+        waiting = self._queues.get(loop)
+        if waiting is None:
+            waiting = self._queues[loop] = _LoopQueue()
+        future: asyncio.Future[R] = loop.create_future()
+        waiting.items.append((item, future))
+        if waiting.task is None:
+            waiting.task = loop.create_task(self._drain(waiting))
+        return await future
+
+    async def _drain(self, waiting: _LoopQueue[T, R]) -> None:
         try:
-            loop.call_soon_threadsafe(_settle, settled)
-        except RuntimeError:
-            pass  # the loop has closed: nobody is left waiting for these answers
+            while waiting.items:
+                batch = waiting.items[:self._max_batch]
+                del waiting.items[:self._max_batch]
+                await self._commit(batch)
+        except asyncio.CancelledError:
+            # The loop is shutting down: nothing left is acknowledged, nobody waits forever.
+            for _, future in waiting.items:
+                future.cancel()
+            waiting.items.clear()
+            raise
+        finally:
+            waiting.task = None
+
+    async def _commit(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            results = await self._commit_batch([item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError("commit_batch returned the wrong number of results")
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except BaseException as exc:  # handed to the waiting callers, never lost
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            # One bad item must not fail its neighbours: retry them one by one.
+            for entry in batch:
+                await self._commit([entry])
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            _settle(future, result)
 
 
-def _settle(settled: Sequence[tuple[asyncio.Future[R], R | BaseException]]) -> None:
-    """On the waiters' event loop: set each result (a cancelled waiter left already)."""
-    for future, result in settled:
-        if future.done():
-            continue
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
+class _LoopQueue(Generic[T, R]):
+    def __init__(self) -> None:
+        self.items: list[tuple[T, asyncio.Future[R]]] = []
+        self.task: asyncio.Task[None] | None = None
+
+
+def _settle(future: asyncio.Future[R], result: R | BaseException) -> None:
+    if future.done():
+        return  # its caller was cancelled and left
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

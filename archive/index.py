@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    RootTransaction,
     Row,
     Text,
     and_,
@@ -120,6 +121,26 @@ _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
 LIVE_CACHE_BUDGET = 32 * 1024 * 1024
 
 
+@dataclass
+class OpenWrite:
+    """A write transaction from :meth:`Index.open_write`; ``commit`` or ``rollback`` once."""
+
+    connection: Connection
+    transaction: RootTransaction
+
+    def commit(self) -> None:
+        try:
+            self.transaction.commit()
+        finally:
+            self.connection.close()
+
+    def rollback(self) -> None:
+        try:
+            self.transaction.rollback()
+        finally:
+            self.connection.close()
+
+
 class Index:
     def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
         self.url = _driver_url(url)
@@ -202,6 +223,21 @@ class Index:
                 function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
                 connection.exec_driver_sql(f"SELECT {function}({_RETENTION_LOCK})")
             yield connection
+
+    def open_write(self) -> OpenWrite:
+        """A (non-exclusive) :meth:`write` transaction as an object: begun by this call (which
+        may wait for the write lock) and ended by its ``commit`` or ``rollback`` (which wait
+        for the disk), so an event loop can wait for each in a thread and run the statements
+        in between itself."""
+        connection = self._writer.connect()
+        try:
+            transaction = connection.begin()
+            if self.dialect == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock_shared({_RETENTION_LOCK})")
+        except BaseException:
+            connection.close()
+            raise
+        return OpenWrite(connection, transaction)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -35,6 +35,7 @@ KEPT_HEADERS = frozenset(
     }
 )
 MAX_HEADER_VALUE = 2048
+MAX_TOOL_NAME = 200
 
 
 class Scope(StrEnum):
@@ -105,6 +106,13 @@ def check_media_type(value: str) -> str:
     if not isinstance(value, str) or len(value) > 255 or not _MEDIA_TYPE.fullmatch(value.strip()):
         raise InvalidContent("content_type must be a media type such as 'text/html; charset=utf-8'")
     return value.strip()
+
+
+def check_tool(value: str | None) -> str | None:
+    """The capturing tool's name (``http.get``): printable text, as every index can store."""
+    if value is not None and (len(value) > MAX_TOOL_NAME or any(ord(c) < 0x20 or c == "\x7f" for c in value)):
+        raise InvalidContent(f"tool must be at most {MAX_TOOL_NAME} characters, without control characters")
+    return value
 
 
 def select_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -186,7 +186,8 @@ def test_metadata_route_and_unknown_ids(client: Any) -> None:
 
 
 def framework_only(app: Any) -> Any:
-    """The same app with the URI-M fast path bypassed, so FastAPI's own route answers."""
+    """The same app with the URI-M and write fast paths bypassed, so FastAPI's own routes
+    answer."""
     from fastapi import FastAPI
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
@@ -227,6 +228,62 @@ def test_uri_m_fast_path_turns_a_bug_into_a_json_500(client: Any, archive: Archi
     response = client.get(created["uri_m"])
     assert response.status_code == 500
     assert response.json() == {"error": {"code": "internal_error", "message": "internal error", "detail": {}}}
+
+
+WRITE = {"uri_r": URI_R, "content": "hello", "content_type": "text/plain"}
+
+
+@pytest.mark.parametrize("body,headers", [
+    (b'{"uri_r": ', {"Content-Type": "application/json"}),
+    (b'{"uri_r": "\xff"}', {"Content-Type": "application/json"}),
+    (b"[" * 100_000, {"Content-Type": "application/json"}),
+    (b"", {"Content-Type": "application/json"}),
+    (b"[1, 2]", {"Content-Type": "application/json"}),
+    (json.dumps({**WRITE, "scope": "page"}).encode(), {"Content-Type": "application/json"}),
+    (json.dumps({**WRITE, "content": None}).encode(), {"Content-Type": "application/json"}),
+    (json.dumps(WRITE).encode(), {"Content-Type": "text/plain"}),
+    (json.dumps(WRITE).encode(), {"Content-Type": "application/json", "Idempotency-Key": "a" * 300}),
+    (json.dumps(WRITE).encode(), {"Content-Type": "application/json", "Idempotency-Key": "with space"}),
+    (json.dumps({**WRITE, "content_type": "not a type"}).encode(), {"Content-Type": "application/json"}),
+    (json.dumps({**WRITE, "tool": "http\x00get"}).encode(), {"Content-Type": "application/json"}),
+])
+def test_write_fast_path_refuses_exactly_as_the_documented_route(
+    client: Any, archive: Archive, body: bytes, headers: dict[str, str]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    fast = client.post("/api/v1/mementos", content=body, headers=headers)
+    with TestClient(framework_only(client.app)) as documented:
+        slow = documented.post("/api/v1/mementos", content=body, headers=headers)
+    assert 400 <= fast.status_code < 500, fast.text
+    assert (fast.status_code, fast.content) == (slow.status_code, slow.content)
+    assert sorted(fast.headers.multi_items()) == sorted(slow.headers.multi_items())
+    assert memento_count(archive) == 0
+    assert stored_blob_count(archive) == 0
+
+
+def test_written_memento_answers_as_its_metadata_and_the_documented_route(client: Any) -> None:
+    from fastapi.testclient import TestClient
+
+    fast = post(client, captured_at="2024-05-01T12:00:00Z", tool="http.get", final_url=URI_R,
+                http_status=200, headers={"ETag": '"v1"'})
+    assert fast.status_code == 201
+    with TestClient(framework_only(client.app)) as documented:
+        again = documented.post("/api/v1/mementos", json={
+            **WRITE, "captured_at": "2024-05-01T12:00:00Z", "tool": "http.get",
+            "final_url": URI_R, "http_status": 200, "headers": {"ETag": '"v1"'}})
+    assert again.status_code == 200  # the same capture, through FastAPI's own route
+    stored = client.get(f"/api/v1/mementos/{fast.json()['id']}").json()
+    assert fast.json() == stored
+    assert {k: v for k, v in again.json().items() if k != "archived_at"} == {
+        k: v for k, v in stored.items() if k != "archived_at"}
+
+
+def test_a_tool_name_with_control_characters_is_refused(client: Any, archive: Archive) -> None:
+    response = post(client, tool="http.get\x00")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_content"
+    assert memento_count(archive) == 0
 
 
 # -- TimeGate --------------------------------------------------------------------------------

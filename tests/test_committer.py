@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -10,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from archive import committer as committer_module
-from archive.committer import GroupCommitter
+from archive.committer import GroupCommitter, LoopGroupCommitter
 
 TIMEOUT = 10.0  # generous upper bound for anything that should happen "soon"
 
@@ -340,3 +341,75 @@ def test_fixed_wrong_result_count_kills_the_worker() -> None:
     t.join(1.0)
     assert not t.is_alive(), "submit() never returned after a malformed commit_batch result"
     assert outcome
+
+
+# -- LoopGroupCommitter: the same group commit, driven from an event loop -------------------
+
+
+class AsyncRecorder:
+    """An async commit_batch that records each batch and can hold the first one."""
+
+    def __init__(self, fail: object = None) -> None:
+        self.calls: list[list[object]] = []
+        self.release_first = asyncio.Event()
+        self.fail = fail
+
+    async def __call__(self, items: Sequence[object]) -> list[object]:
+        self.calls.append(list(items))
+        if len(self.calls) == 1:
+            await self.release_first.wait()
+        if self.fail in items and len(items) > 1:
+            raise ValueError("one bad item fails the batch")
+        return [ValueError(f"bad {item}") if item == self.fail else ("ok", item) for item in items]
+
+
+def test_loop_submissions_during_a_commit_form_the_next_batch() -> None:
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        committer = LoopGroupCommitter(recorder)
+        first = asyncio.create_task(committer.submit("a"))
+        await asyncio.sleep(0.01)  # "a" is committing, held
+        later = [asyncio.create_task(committer.submit(x)) for x in "bcd"]
+        await asyncio.sleep(0.01)
+        assert recorder.calls == [["a"]]
+        recorder.release_first.set()
+        assert await first == ("ok", "a")
+        assert [await t for t in later] == [("ok", "b"), ("ok", "c"), ("ok", "d")]
+        assert recorder.calls == [["a"], ["b", "c", "d"]]
+
+    asyncio.run(scenario())
+
+
+def test_loop_batch_failure_is_retried_item_by_item() -> None:
+    async def scenario() -> None:
+        recorder = AsyncRecorder(fail="bad")
+        recorder.release_first.set()
+        committer = LoopGroupCommitter(recorder)
+        holder = asyncio.create_task(committer.submit("first"))
+        tasks = [asyncio.create_task(committer.submit(x)) for x in ("x", "bad", "y")]
+        assert await holder == ("ok", "first")
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert results[0] == ("ok", "x") and results[2] == ("ok", "y")
+        assert isinstance(results[1], ValueError) and str(results[1]) == "bad bad"
+        assert any(len(call) > 1 and "bad" in call for call in recorder.calls)  # failed together
+        assert ["bad"] in recorder.calls and ["x"] in recorder.calls  # then one by one
+
+    asyncio.run(scenario())
+
+
+def test_loop_item_is_committed_even_if_its_waiter_is_cancelled() -> None:
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        committer = LoopGroupCommitter(recorder)
+        holder = asyncio.create_task(committer.submit("first"))
+        await asyncio.sleep(0.01)
+        leaving = asyncio.create_task(committer.submit("left"))
+        await asyncio.sleep(0.01)
+        leaving.cancel()
+        recorder.release_first.set()
+        assert await holder == ("ok", "first")
+        staying = await committer.submit("after")
+        assert staying == ("ok", "after")
+        assert ["left"] in recorder.calls or ["left", "after"] in recorder.calls
+
+    asyncio.run(scenario())
