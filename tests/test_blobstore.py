@@ -275,6 +275,31 @@ def test_local_bytes_discarded_by_a_failed_publish_are_never_published_later(tmp
     assert not [p for p in _all_files(tmp_path) if p.name.startswith(".tmp-")]
 
 
+def test_local_new_store_has_one_level_of_shards(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "blobs")
+    stored = store.put(b"one level")
+    digest = stored.address.split(":", 1)[1]
+    assert store.path_for(stored.address) == tmp_path / "blobs" / digest[:2] / digest
+    assert store.path_for(stored.address).is_file()
+    assert LocalBlobStore(tmp_path / "blobs").shard_levels == 1  # reopened: still one
+
+
+def test_local_store_of_an_earlier_version_keeps_its_two_levels(tmp_path: Path) -> None:
+    old_bytes, new_bytes = b"stored by an earlier version", b"stored after the upgrade"
+    old = content_address(old_bytes).split(":", 1)[1]
+    legacy = tmp_path / "blobs" / old[:2] / old[2:4] / old
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(old_bytes)
+    store = LocalBlobStore(tmp_path / "blobs")
+    assert store.shard_levels == 2
+    assert store.get(content_address(old_bytes)) == old_bytes
+    assert store.put(old_bytes).created is False
+    added = store.put(new_bytes)
+    digest = added.address.split(":", 1)[1]
+    assert (tmp_path / "blobs" / digest[:2] / digest[2:4] / digest).is_file()
+    assert sorted(store.addresses()) == sorted([content_address(old_bytes), added.address])
+
+
 def test_local_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     data = b"interrupted write"

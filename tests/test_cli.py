@@ -98,7 +98,7 @@ def capture(url: str, data_dir: Path) -> str:
 
 def blob_path(data_dir: Path, address: str) -> Path:
     digest = address.split(":", 1)[1]
-    return data_dir / "blobs" / digest[:2] / digest[2:4] / digest
+    return data_dir / "blobs" / digest[:2] / digest
 
 
 # -- capture, show, timemap ----------------------------------------------------------------

@@ -1,6 +1,9 @@
 """Local directory backend: the embedded default.
 
-Layout: ``<root>/<2 hex>/<2 hex>/<64 hex>``, so no directory grows past 65,536 entries.
+Layout: ``<root>/<2 hex>/<64 hex>``, 256 shard directories, as restic's ``data/`` and git's
+``objects/``. Stores made by earlier versions keep their ``<root>/<2 hex>/<2 hex>/<64 hex>``
+(found by looking, :func:`_shard_levels`): its 65,536 directories cost a young store a new
+directory, and an inode, with almost every blob (benchmarks/README.md).
 A write goes to a temporary file in the same directory, is fsync'd, renamed into place
 (atomic on POSIX) and the directory is fsync'd, so a crash leaves either nothing, a stray
 temporary file, or the complete blob — never a partial blob under its address.
@@ -19,6 +22,7 @@ import functools
 import itertools
 import logging
 import os
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,15 +49,18 @@ class LocalBlobStore:
         self._root = str(self.root)
         self.durable = durable
         self.root.mkdir(parents=True, exist_ok=True)
+        self.shard_levels = _shard_levels(self._root)
         self._batch = threading.local()  # directories awaiting fsync in batched_deletes
 
     def path_for(self, address: str) -> Path:
-        digest = parse_address(address)
-        return self.root / digest[:2] / digest[2:4] / digest
+        return Path(self._location(parse_address(address))[1])
 
     def _location(self, digest: str) -> tuple[str, str]:
-        """(shard directory, blob path) of a digest, as plain strings (see path_for)."""
-        directory = os.path.join(self._root, digest[:2], digest[2:4])
+        """(shard directory, blob path) of a digest, as plain strings."""
+        if self.shard_levels == 1:
+            directory = os.path.join(self._root, digest[:2])
+        else:
+            directory = os.path.join(self._root, digest[:2], digest[2:4])
         return directory, os.path.join(directory, digest)
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
@@ -245,9 +252,13 @@ class LocalBlobStore:
                     yield entry.path, datetime.fromtimestamp(modified, UTC)
 
     def _shards(self) -> Iterator[Path]:
-        """The ``<2 hex>/<2 hex>`` directories, in order."""
+        """The shard directories (``<2 hex>``, or ``<2 hex>/<2 hex>``), in order."""
         for first in sorted(self.root.iterdir()):
-            if first.is_dir():
+            if not first.is_dir():
+                continue
+            if self.shard_levels == 1:
+                yield first
+            else:
                 yield from sorted(first.iterdir())
 
     def remove_temp_file(self, path: str) -> None:
@@ -292,6 +303,32 @@ class LocalBlobStore:
             raise ValueError("an erasure needs a reason")
         log.warning("erasing blob %s from the local store", address)
         self.delete(address, version_id)
+
+
+_SHARD = re.compile(r"[0-9a-f]{2}")
+
+
+def _shard_levels(root: str) -> int:
+    """How many levels of shard directories the store at ``root`` has: 2 when its shard
+    directories hold shard directories (made by an earlier version), else 1."""
+    with os.scandir(root) as entries:
+        shards = [e.path for e in entries if e.is_dir() and _SHARD.fullmatch(e.name)]
+    for shard in shards:
+        with os.scandir(shard) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    return 2
+                if not entry.name.startswith(_TEMP_PREFIX):
+                    return 1
+    return 1  # new, or every blob deleted: either way nothing is where 1 level looks
+
+
+def _fsync_path(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _make_dirs(directory: str, *, stop_at: str) -> list[str]:
@@ -398,11 +435,7 @@ def _sync_filesystem(root: str) -> bool:
 def _sync_files(root: str, names: Iterable[str]) -> None:
     if not _sync_filesystem(root):
         for name in names:
-            fd = os.open(name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_path(name)
 
 
 def _sync_directories(root: str, directories: Iterable[str]) -> None:
