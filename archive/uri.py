@@ -34,7 +34,10 @@ KEY_VERSION = 1  # bump when the lookup key rules change (keys are stored)
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _FORBIDDEN = re.compile(r"[\x00-\x20\x7f<>\"\\^`{|}]")
-_REFUSED = frozenset('<>"\\')
+# Controls (C0, DEL, C1), whitespace as str.isspace() has it (\s is the same test), and
+# lone surrogates: searched by the regex engine, not character by character in Python.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\\s\ud800-\udfff]")
+_REFUSED = re.compile(r'[<>"\\]')
 _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -61,11 +64,9 @@ def parse_uri_r(raw: str, internal_schemes: Iterable[str] = ("kb",)) -> URIR:
         raise InvalidURI("URI-R is empty")
     if len(raw) > MAX_URI_LENGTH:
         raise InvalidURI(f"URI-R is longer than {MAX_URI_LENGTH} characters")
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch.isspace() for ch in raw):
+    if _UNPRINTABLE.search(raw):
         raise InvalidURI("URI-R contains whitespace or control characters")
-    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in raw):
-        raise InvalidURI("URI-R contains whitespace or control characters")
-    if any(ch in _REFUSED for ch in raw):
+    if _REFUSED.search(raw):
         # Never legal in a URI and dangerous wherever a URI is echoed (headers, HTML).
         raise InvalidURI("URI-R contains '<', '>', '\"' or '\\'")
     scheme, sep, rest = raw.partition(":")

@@ -553,3 +553,14 @@ def test_to_ascii_uri_is_ascii_and_header_safe(uri: str) -> None:
 )
 def test_to_ascii_uri_examples(uri: str, expected: str) -> None:
     assert to_ascii_uri(uri) == expected
+
+
+def test_unprintable_characters_are_exactly_controls_whitespace_and_surrogates() -> None:
+    # parse_uri_r searches one regex instead of testing each character in Python; this is
+    # the per-character rule it replaced, checked over every code point.
+    from archive.uri import _UNPRINTABLE
+
+    def refused(cp: int) -> bool:
+        return cp < 0x20 or 0x7F <= cp <= 0x9F or chr(cp).isspace() or 0xD800 <= cp <= 0xDFFF
+
+    assert [cp for cp in range(0x110000) if bool(_UNPRINTABLE.search(chr(cp))) != refused(cp)] == []
