@@ -58,13 +58,9 @@ def parse_rfc1123(text: str) -> datetime:
 
 
 def to_rfc3339(moment: datetime) -> str:
-    moment = moment.astimezone(UTC)
-    # f-string, not strftime: glibc does not zero-pad years below 1000.
-    text = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
-            f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}")
-    if moment.microsecond:
-        text += f".{moment.microsecond:06d}"
-    return text + "Z"
+    """``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``. isoformat (C) pads years below 1000, which
+    strftime does not on glibc, and is several times cheaper than formatting each field."""
+    return moment.astimezone(UTC).isoformat()[:-6] + "Z"  # "+00:00" -> "Z"
 
 
 def parse_rfc3339(text: str) -> datetime:
