@@ -38,9 +38,11 @@ from archive.mementos import CaptureFacts, Memento, Scope
 from archive.signals import ReadCache
 
 router = APIRouter()
-writers = require(Role.AGENT)
-readers = require(*READERS)
+WRITE_PATH = "/api/v1/mementos"
+WRITER_ROLES = frozenset({Role.AGENT})
 READER_ROLES = frozenset(READERS)
+writers = require(*WRITER_ROLES)
+readers = require(*READERS)
 
 # Evidence is tenant-private and can expire (retention), so shared caches must not keep it
 # and browsers only briefly.
@@ -93,7 +95,7 @@ def _memento_request(body: MementoIn) -> MementoRequest:
 
 
 @router.post(
-    "/api/v1/mementos",
+    WRITE_PATH,
     response_model=MementoOut,
     status_code=201,
     responses={200: {"model": MementoOut, "description": "Already stored: the same memento."},
@@ -369,9 +371,6 @@ class WriteRoute:
         return JSONResponse(rendered, status_code=201 if result.created else 200,
                             headers={"Location": rendered["uri_m"]})
 
-
-WRITE_PATH = "/api/v1/mementos"
-WRITER_ROLES = frozenset({Role.AGENT})
 
 
 class _Unread(Enum):

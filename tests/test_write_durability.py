@@ -3,9 +3,12 @@ concurrent writes share the store's durability work."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from archive.archive import Archive, MementoRequest
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
+from archive.config import Settings
 from archive.exceptions import StorageError
 from archive.mementos import CaptureFacts
 
@@ -100,3 +104,71 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(archive: Archi
     if isinstance(archive.blobs, LocalBlobStore):  # S3 stored each object in stage(): gc's orphans
         assert not list(archive.blobs.root.rglob(".tmp-*"))
         assert sorted(archive.blobs.addresses()) == [document.content_hash]
+
+
+# -- writes from an event loop (Archive.write_memento_async; local store and SQLite) --------
+
+
+@pytest.fixture()
+def local_archive(tmp_path: Path) -> Iterator[Archive]:
+    """The embedded default: the only pair whose writes are committed from the event loop."""
+    opened = Archive.open(Settings(data_dir=tmp_path / "amber-data"))
+    assert opened.write_is_quick(1)
+    yield opened
+    opened.close()
+
+
+def test_loop_write_syncs_bytes_then_names_then_commits_rows(local_archive: Archive, monkeypatch: Any) -> None:
+    archive = local_archive
+    blobs = archive.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    order: list[str] = []
+    for step in ("_sync_bytes", "_sync_names"):
+        real = getattr(blobs, step)
+        monkeypatch.setattr(blobs, step, lambda pending, real=real, step=step: (order.append(step), real(pending))[1])
+    real_open = archive.index.open_write
+
+    def open_write() -> Any:
+        write = real_open()
+        real_commit = write.commit
+        write.commit = lambda: (order.append("commit"), real_commit())[1]  # type: ignore[method-assign]
+        return write
+
+    monkeypatch.setattr(archive.index, "open_write", open_write)
+
+    async def scenario() -> list[Any]:
+        return list(await asyncio.gather(*(
+            archive.write_memento_async(request(f"from the loop {i}".encode())) for i in range(8))))
+
+    written = asyncio.run(scenario())
+    assert order and order[:3] == ["_sync_bytes", "_sync_names", "commit"]
+    assert len(order) < 3 * 8  # batched: fewer syncs and commits than writes
+    for i, result in enumerate(written):
+        assert archive.read_content(result.memento) == f"from the loop {i}".encode()
+    assert not list(blobs.root.rglob(".tmp-*"))
+
+
+def test_loop_write_that_cannot_commit_is_not_acknowledged_and_leaves_nothing(
+    local_archive: Archive, monkeypatch: Any
+) -> None:
+    archive = local_archive
+    real_open = archive.index.open_write
+
+    def open_write() -> Any:
+        write = real_open()
+        real_rollback = write.rollback
+
+        def refuse() -> None:
+            real_rollback()
+            raise StorageError("disk full at commit")
+
+        write.commit = refuse  # type: ignore[method-assign]
+        return write
+
+    monkeypatch.setattr(archive.index, "open_write", open_write)
+    with pytest.raises(StorageError):
+        asyncio.run(archive.write_memento_async(request(b"never acknowledged either")))
+    assert archive.index.all_memento_blobs() == []
+    monkeypatch.setattr(archive.index, "open_write", real_open)
+    again = asyncio.run(archive.write_memento_async(request(b"never acknowledged either")))
+    assert again.created is True  # the writer connection went back: the next write works
