@@ -176,7 +176,9 @@ class Archive:
         try:
             return await self._loop_committer.submit(pending)
         except asyncio.CancelledError:
-            raise  # still queued: the commit publishes the staged bytes or discards them
+            # Still queued, the commit publishes or discards the staged bytes; only when the
+            # loop shuts down is the batch cancelled, leaving its temp files to `amber gc`.
+            raise
         except BaseException:
             self.blobs.discard([pending.staged])
             raise

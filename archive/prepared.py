@@ -170,10 +170,10 @@ class BatchInsert:
     """``INSERT … ON CONFLICT DO NOTHING`` of a whole batch of rows in one SQLite statement:
     the rows travel as one JSON array and are read back with ``json_each``.
 
-    Why: the group commit's worker runs beside the event loop, and the driver lets go of
-    the GIL around every statement it steps. Each of those is a hand-over between the two
-    threads, which on a busy server costs more than the statement itself; a batch of writes
-    used to take four statements per row.
+    Why: a batch of writes used to take four statements per row, each with its Python
+    binding work, and the driver lets go of the GIL around every step of every statement:
+    with another thread busy (the event loop, or the group commit's worker), each of those
+    is a hand-over between threads, which costs more than the statement itself.
 
     Text holding NUL cannot travel this way (``json_extract`` stops at it): such a batch
     goes row by row. With ``key``, the rows whose ``key`` was new are reported; that is
