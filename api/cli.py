@@ -32,23 +32,17 @@ def _echo_json(data: Any) -> None:
 
 
 def _memento_summary(memento: Memento, base_url: str) -> dict[str, Any]:
+    """The API's view of a memento (api.mementos.memento_json), capture facts flattened and
+    the capture headers and Memento links left out."""
+    from api.mementos import memento_json
     from api.urls import Urls
 
-    urls = Urls(base_url)
-    return {
-        "id": memento.id,
-        "uri_r": memento.uri_r,
-        "uri_m": urls.memento(memento.id),
-        "memento_datetime": to_rfc3339(memento.captured_at),
-        "archived_at": to_rfc3339(memento.archived_at),
-        "content_hash": memento.content_hash,
-        "content_type": memento.media_type,
-        "size": memento.size,
-        "scope": memento.scope.value,
-        "tool": memento.facts.tool,
-        "final_url": memento.facts.final_url,
-        "http_status": memento.facts.http_status,
-    }
+    shown = memento_json(memento, Urls(base_url))
+    capture = shown.pop("capture")
+    for link in ("timegate", "timemap", "timemap_json"):
+        del shown[link]
+    return {**shown, "tool": capture["tool"], "final_url": capture["final_url"],
+            "http_status": capture["http_status"]}
 
 
 @contextmanager
