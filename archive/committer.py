@@ -10,6 +10,14 @@ Each caller still returns only after *its* rows are committed.
 for the disk to a thread: a worker thread beside a busy event loop passes the GIL back and
 forth around every system call and statement it makes, and those hand-overs cost more than
 the write itself (benchmarks/README.md).
+
+A batch also has a fixed cost (syncs, the transaction, thread hand-overs) whatever its size.
+Left to itself, a loop committer under steady load settles into a costly rhythm: a big batch
+commits, its writers get their answers, and the one write that arrived meanwhile is
+committed alone while the others are on their way back. So :class:`LoopGroupCommitter`
+waits briefly (at most ``max_wait``) before committing a batch much smaller than the
+recent ones: the classic commit delay, which only ever applies when many writers are
+active (PostgreSQL's ``commit_delay`` with ``commit_siblings``, measured by recent batches).
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
+# A loop batch smaller than this share of recent ones waits (max_wait at most) to fill up.
+FILL_RATIO = 0.9
+# How fast "recent" forgets a big batch once writers leave: after ~15 batches it is a
+# twentieth. Each of those batches waits max_wait at most.
+RECENT_DECAY = 0.8
 
 
 class GroupCommitter(Generic[T, R]):
@@ -112,9 +125,11 @@ class LoopGroupCommitter(Generic[T, R]):
         commit_batch: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
         *,
         max_batch: int = 256,
+        max_wait: float = 0.002,
     ) -> None:
         self._commit_batch = commit_batch
         self._max_batch = max_batch
+        self._max_wait = max_wait
         # Per event loop (tests run several, one after the other): what waits, and the
         # task committing it while there is any.
         self._queues: weakref.WeakKeyDictionary[
@@ -129,6 +144,8 @@ class LoopGroupCommitter(Generic[T, R]):
             waiting = self._queues[loop] = _LoopQueue()
         future: asyncio.Future[R] = loop.create_future()
         waiting.items.append((item, future))
+        if waiting.filled is not None and len(waiting.items) >= waiting.wanted:
+            _settle(waiting.filled, None)
         if waiting.task is None:
             waiting.task = loop.create_task(self._drain(waiting))
         return await future
@@ -136,8 +153,10 @@ class LoopGroupCommitter(Generic[T, R]):
     async def _drain(self, waiting: _LoopQueue[T, R]) -> None:
         try:
             while waiting.items:
+                await self._fill(waiting)
                 batch = waiting.items[:self._max_batch]
                 del waiting.items[:self._max_batch]
+                waiting.recent = max(len(batch), waiting.recent * RECENT_DECAY)
                 await self._commit(batch)
         except asyncio.CancelledError:
             # The loop is shutting down: nothing left is acknowledged, nobody waits forever.
@@ -147,6 +166,22 @@ class LoopGroupCommitter(Generic[T, R]):
             raise
         finally:
             waiting.task = None
+
+    async def _fill(self, waiting: _LoopQueue[T, R]) -> None:
+        """Wait, at most ``max_wait``, until the queue holds nearly as many items as recent
+        batches did; return at once when it does already (a lone writer never waits)."""
+        wanted = min(self._max_batch, int(waiting.recent * FILL_RATIO))
+        if len(waiting.items) >= wanted:
+            return
+        loop = asyncio.get_running_loop()
+        waiting.wanted = wanted
+        waiting.filled = loop.create_future()
+        timer = loop.call_later(self._max_wait, _settle, waiting.filled, None)
+        try:
+            await waiting.filled
+        finally:
+            timer.cancel()
+            waiting.filled = None
 
     async def _commit(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         try:
@@ -173,6 +208,12 @@ class _LoopQueue(Generic[T, R]):
     def __init__(self) -> None:
         self.items: list[tuple[T, asyncio.Future[R]]] = []
         self.task: asyncio.Task[None] | None = None
+        # Recent batch sizes, as a maximum that decays with every batch: how many writers
+        # are active. While the committer waits for a batch to fill, `filled` is set when
+        # `wanted` items are queued.
+        self.recent = 0.0
+        self.filled: asyncio.Future[None] | None = None
+        self.wanted = 0
 
 
 def _settle(future: asyncio.Future[R], result: R | BaseException) -> None:

@@ -413,3 +413,54 @@ def test_loop_item_is_committed_even_if_its_waiter_is_cancelled() -> None:
         assert ["left"] in recorder.calls or ["left", "after"] in recorder.calls
 
     asyncio.run(scenario())
+
+
+def test_loop_batch_much_smaller_than_recent_ones_waits_for_the_others() -> None:
+    """Eight writers committed together; when one comes back before the others, its batch
+    waits for them instead of committing alone (and paying a whole commit for one write)."""
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        recorder.release_first.set()
+        committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
+        assert len(await asyncio.gather(*(committer.submit(i) for i in range(8)))) == 8
+        early = asyncio.create_task(committer.submit("early"))
+        await asyncio.sleep(0.05)
+        assert not early.done()  # waiting for the others, not committed alone
+        rest = [asyncio.create_task(committer.submit(f"late{i}")) for i in range(7)]
+        assert await early == ("ok", "early")
+        await asyncio.gather(*rest)
+        assert recorder.calls == [list(range(8)), ["early", *(f"late{i}" for i in range(7))]]
+
+    asyncio.run(scenario())
+
+
+def test_loop_batch_wait_is_bounded_and_stops_once_writers_have_left() -> None:
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        recorder.release_first.set()
+        max_wait = 0.05
+        committer = LoopGroupCommitter(recorder, max_wait=max_wait)
+        await asyncio.gather(*(committer.submit(i) for i in range(8)))
+        loop = asyncio.get_running_loop()
+        took = []
+        for i in range(20):  # one writer left, writing one after the other
+            started = loop.time()
+            assert await asyncio.wait_for(committer.submit(i), TIMEOUT) == ("ok", i)
+            took.append(loop.time() - started)
+        assert recorder.calls[1:] == [[i] for i in range(20)]
+        assert all(t >= max_wait * 0.9 for t in took[:5])  # waited, each for max_wait
+        assert sum(took[10:]) < 10 * max_wait * 0.9  # and then no longer
+
+    asyncio.run(scenario())
+
+
+def test_loop_lone_writer_never_waits() -> None:
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        recorder.release_first.set()
+        committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
+        for i in range(5):
+            assert await asyncio.wait_for(committer.submit(i), TIMEOUT / 2) == ("ok", i)
+        assert recorder.calls == [[i] for i in range(5)]
+
+    asyncio.run(scenario())
