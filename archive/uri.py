@@ -21,6 +21,7 @@ It never merges distinct resources: ``www.`` and trailing slashes are kept, ``%2
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -62,6 +63,20 @@ def parse_uri_r(raw: str, internal_schemes: Iterable[str] = ("kb",)) -> URIR:
     """Validate ``raw`` and compute its lookup key; raise :class:`InvalidURI` otherwise."""
     if not isinstance(raw, str) or not raw:
         raise InvalidURI("URI-R is empty")
+    schemes = internal_schemes if isinstance(internal_schemes, tuple) else tuple(internal_schemes)
+    if len(raw) <= _MEMO_LENGTH:
+        return _parse_memoised(raw, schemes)
+    return _parse(raw, schemes)
+
+
+# Agents cite the same sources again and again, and every write, TimeGate and TimeMap
+# request parses its URI-R: remembered parses of short URI-Rs (a failed parse raises
+# again, it is never remembered) save most of that work, in bounded memory.
+_MEMO_LENGTH = 1024
+_MEMO_ENTRIES = 4096
+
+
+def _parse(raw: str, internal_schemes: tuple[str, ...]) -> URIR:
     if len(raw) > MAX_URI_LENGTH:
         raise InvalidURI(f"URI-R is longer than {MAX_URI_LENGTH} characters")
     if _UNPRINTABLE.search(raw):
@@ -84,6 +99,9 @@ def parse_uri_r(raw: str, internal_schemes: Iterable[str] = ("kb",)) -> URIR:
     else:
         raise InvalidURI(f"URI-R scheme {scheme!r} is not allowed")
     return URIR(raw=raw, key=key, scheme=scheme)
+
+
+_parse_memoised = functools.lru_cache(maxsize=_MEMO_ENTRIES)(_parse)
 
 
 def to_ascii_uri(uri: str) -> str:

@@ -564,3 +564,19 @@ def test_unprintable_characters_are_exactly_controls_whitespace_and_surrogates()
         return cp < 0x20 or 0x7F <= cp <= 0x9F or chr(cp).isspace() or 0xD800 <= cp <= 0xDFFF
 
     assert [cp for cp in range(0x110000) if bool(_UNPRINTABLE.search(chr(cp))) != refused(cp)] == []
+
+
+def test_remembered_parses_answer_as_fresh_ones_and_failures_are_never_remembered() -> None:
+    from archive import uri as uri_module
+
+    short = "HTTPS://Example.ORG:443/a/../b?z=1&a=%2f"
+    long = short + "&pad=" + "x" * uri_module._MEMO_LENGTH  # too long to be remembered
+    for raw in (short, long):
+        fresh = uri_module._parse(raw, ("kb",))
+        assert parse_uri_r(raw) == fresh and parse_uri_r(raw) == fresh
+    assert parse_uri_r("kb:doc/1", ["KB"]) == parse_uri_r("kb:doc/1", ("KB",))  # any iterable
+    for _ in range(2):
+        with pytest.raises(InvalidURI):
+            parse_uri_r("ftp://example.org/")
+    with pytest.raises(InvalidURI):
+        parse_uri_r("kb:doc/1", ())  # the same URI-R, remembered above, under other schemes
