@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
@@ -263,21 +263,22 @@ class Archive:
         write_is_quick). The syncs, the wait for the write lock and the commit run in the
         disk thread; everything else runs here, so the two threads hand the GIL to each
         other a handful of times per batch rather than at every statement."""
-        loop = asyncio.get_running_loop()
-
         async def offload(function: Callable[[], _T]) -> _T:
-            return await loop.run_in_executor(self._disk, function)
+            # Shielded: a disk step, once handed over, runs to its end even if the loop
+            # shuts down meanwhile; the step that opened the index write then ends it.
+            running = self._disk.submit(function)
+            try:
+                return await asyncio.shield(asyncio.wrap_future(running))
+            except asyncio.CancelledError:
+                running.add_done_callback(_end_unused_write)
+                raise
 
         contents = {p.memento.content_hash: p.content for p in batch}
         blobs = self.blobs
         assert isinstance(blobs, LocalBlobStore)
-        await blobs.publish_async([p.staged for p in batch], offload)
-        opening = loop.run_in_executor(self._disk, self.index.open_write)
-        try:
-            write = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            opening.add_done_callback(self._end_unused_write)
-            raise
+        # The write opens (and may wait for SQLite's write lock) in the thread that made the
+        # names durable, in the same hand-over.
+        write = await blobs.publish_async([p.staged for p in batch], offload, then=self.index.open_write)
         try:
             # A revived blob (one a sweep was deleting) is stored again right here: rare,
             # and a local put of one blob.
@@ -291,11 +292,6 @@ class Archive:
             raise
         await offload(write.commit)
         return results
-
-    def _end_unused_write(self, opening: asyncio.Future[OpenWrite]) -> None:
-        """A write transaction opened for a batch that was cancelled meanwhile: end it."""
-        if not opening.cancelled() and opening.exception() is None:
-            self._disk.submit(opening.result().rollback)
 
     def _settle(
         self, connection: object, pending: _PendingWrite, outcome: WriteOutcome
@@ -406,3 +402,14 @@ class Archive:
 
     def content_address_of(self, data: bytes) -> str:
         return content_address(data)
+
+
+def _end_unused_write(step: Future[Any]) -> None:
+    """Called when a disk step of a cancelled batch is done, in the disk thread (or at once,
+    if it was): when that step opened the index write, nobody will commit it, so it ends
+    here, without the event loop, which may be closed by now."""
+    if step.cancelled() or step.exception() is not None:
+        return
+    opened = step.result()
+    if isinstance(opened, OpenWrite):
+        opened.rollback()

@@ -20,6 +20,8 @@ from archive.config import Settings
 from archive.exceptions import StorageError
 from archive.mementos import CaptureFacts
 
+TIMEOUT = 10.0  # generous upper bound for anything that should happen "soon"
+
 
 def request(content: bytes, uri: str = "https://ex.org/w") -> MementoRequest:
     return MementoRequest(uri_r=uri, content=content, content_type="text/plain",
@@ -172,3 +174,39 @@ def test_loop_write_that_cannot_commit_is_not_acknowledged_and_leaves_nothing(
     monkeypatch.setattr(archive.index, "open_write", real_open)
     again = asyncio.run(archive.write_memento_async(request(b"never acknowledged either")))
     assert again.created is True  # the writer connection went back: the next write works
+
+
+def test_loop_closing_mid_batch_ends_the_write_it_opened(local_archive: Archive, monkeypatch: Any) -> None:
+    """The loop shuts down while a batch waits for the disk: the batch is not committed, and
+    the index write its disk step opens meanwhile is ended, so later writes still work."""
+    archive = local_archive
+    blobs = archive.blobs
+    assert isinstance(blobs, LocalBlobStore)
+    entered, release = threading.Event(), threading.Event()
+    real_sync_names = blobs._sync_names
+
+    def held_sync_names(pending: Any) -> None:
+        entered.set()
+        assert release.wait(TIMEOUT)
+        real_sync_names(pending)
+
+    monkeypatch.setattr(blobs, "_sync_names", held_sync_names)
+
+    async def cut_short() -> None:
+        asyncio.ensure_future(archive.write_memento_async(request(b"cut short")))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        # Returning now: asyncio.run cancels the waiting write and the batch, closes the loop.
+
+    asyncio.run(cut_short())
+    monkeypatch.setattr(blobs, "_sync_names", real_sync_names)
+    release.set()  # the disk step goes on: names durable, index write opened, then ended
+
+    async def later() -> Any:
+        return await asyncio.wait_for(archive.write_memento_async(request(b"written later")), TIMEOUT)
+
+    written = asyncio.run(later())
+    assert archive.read_content(written.memento) == b"written later"
+    assert [m.id for m in archive.index.list_mementos(
+        "default", written.memento.urir_key, offset=0, limit=10)] == [
+        written.memento.id]  # the cut-short batch committed nothing
