@@ -37,8 +37,10 @@ _STOP = object()
 # A loop batch smaller than this share of recent ones waits (max_wait at most) to fill up.
 FILL_RATIO = 0.9
 # How fast "recent" forgets a big batch once writers leave: after ~15 batches it is a
-# twentieth. Each of those batches waits max_wait at most.
+# twentieth. Each of those batches waits max_wait at most. After a second with nothing to
+# commit it is forgotten at once.
 RECENT_DECAY = 0.8
+IDLE_FORGETS = 1.0
 
 
 class GroupCommitter(Generic[T, R]):
@@ -147,6 +149,8 @@ class LoopGroupCommitter(Generic[T, R]):
         if waiting.filled is not None and len(waiting.items) >= waiting.wanted:
             _settle(waiting.filled, None)
         if waiting.task is None:
+            if loop.time() - waiting.idle_since > IDLE_FORGETS:
+                waiting.recent = 0.0  # the crowd of writers that made the last batches left
             waiting.task = loop.create_task(self._drain(waiting))
         return await future
 
@@ -166,10 +170,12 @@ class LoopGroupCommitter(Generic[T, R]):
             raise
         finally:
             waiting.task = None
+            waiting.idle_since = asyncio.get_running_loop().time()
 
     async def _fill(self, waiting: _LoopQueue[T, R]) -> None:
         """Wait, at most ``max_wait``, until the queue holds nearly as many items as recent
-        batches did; return at once when it does already (a lone writer never waits)."""
+        batches did; return at once when it does already. A lone writer never waits, nor
+        does the first write after a pause."""
         wanted = min(self._max_batch, int(waiting.recent * FILL_RATIO))
         if len(waiting.items) >= wanted:
             return
@@ -212,6 +218,7 @@ class _LoopQueue(Generic[T, R]):
         # are active. While the committer waits for a batch to fill, `filled` is set when
         # `wanted` items are queued.
         self.recent = 0.0
+        self.idle_since = float("-inf")  # loop time when the last drain ended
         self.filled: asyncio.Future[None] | None = None
         self.wanted = 0
 

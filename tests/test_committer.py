@@ -464,3 +464,17 @@ def test_loop_lone_writer_never_waits() -> None:
         assert recorder.calls == [[i] for i in range(5)]
 
     asyncio.run(scenario())
+
+
+def test_loop_first_write_after_a_pause_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(committer_module, "IDLE_FORGETS", 0.05)
+
+    async def scenario() -> None:
+        recorder = AsyncRecorder()
+        recorder.release_first.set()
+        committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
+        await asyncio.gather(*(committer.submit(i) for i in range(8)))
+        await asyncio.sleep(0.1)  # longer than IDLE_FORGETS: the crowd has left
+        assert await asyncio.wait_for(committer.submit("alone"), TIMEOUT / 2) == ("ok", "alone")
+
+    asyncio.run(scenario())
