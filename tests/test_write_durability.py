@@ -193,9 +193,10 @@ def test_loop_closing_mid_batch_ends_the_write_it_opened(local_archive: Archive,
     monkeypatch.setattr(blobs, "_sync_names", held_sync_names)
 
     async def cut_short() -> None:
-        asyncio.ensure_future(archive.write_memento_async(request(b"cut short")))
+        writing = asyncio.ensure_future(archive.write_memento_async(request(b"cut short")))
         while not entered.is_set():
             await asyncio.sleep(0.01)
+        assert not writing.done()
         # Returning now: asyncio.run cancels the waiting write and the batch, closes the loop.
 
     asyncio.run(cut_short())
