@@ -349,9 +349,11 @@ def test_fixed_wrong_result_count_kills_the_worker() -> None:
 class AsyncRecorder:
     """An async commit_batch that records each batch and can hold the first one."""
 
-    def __init__(self, fail: object = None) -> None:
+    def __init__(self, fail: object = None, *, hold_first: bool = True) -> None:
         self.calls: list[list[object]] = []
         self.release_first = asyncio.Event()
+        if not hold_first:
+            self.release_first.set()
         self.fail = fail
 
     async def __call__(self, items: Sequence[object]) -> list[object]:
@@ -382,8 +384,7 @@ def test_loop_submissions_during_a_commit_form_the_next_batch() -> None:
 
 def test_loop_batch_failure_is_retried_item_by_item() -> None:
     async def scenario() -> None:
-        recorder = AsyncRecorder(fail="bad")
-        recorder.release_first.set()
+        recorder = AsyncRecorder(fail="bad", hold_first=False)
         committer = LoopGroupCommitter(recorder)
         holder = asyncio.create_task(committer.submit("first"))
         tasks = [asyncio.create_task(committer.submit(x)) for x in ("x", "bad", "y")]
@@ -415,14 +416,18 @@ def test_loop_item_is_committed_even_if_its_waiter_is_cancelled() -> None:
     asyncio.run(scenario())
 
 
+async def after_a_crowd(committer: LoopGroupCommitter[object, object], size: int = 8) -> None:
+    """``size`` writers committed together: the committer now expects batches that big."""
+    assert len(await asyncio.gather(*(committer.submit(i) for i in range(size)))) == size
+
+
 def test_loop_batch_much_smaller_than_recent_ones_waits_for_the_others() -> None:
     """Eight writers committed together; when one comes back before the others, its batch
     waits for them instead of committing alone (and paying a whole commit for one write)."""
     async def scenario() -> None:
-        recorder = AsyncRecorder()
-        recorder.release_first.set()
+        recorder = AsyncRecorder(hold_first=False)
         committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
-        assert len(await asyncio.gather(*(committer.submit(i) for i in range(8)))) == 8
+        await after_a_crowd(committer)
         early = asyncio.create_task(committer.submit("early"))
         await asyncio.sleep(0.05)
         assert not early.done()  # waiting for the others, not committed alone
@@ -436,11 +441,10 @@ def test_loop_batch_much_smaller_than_recent_ones_waits_for_the_others() -> None
 
 def test_loop_batch_wait_is_bounded_and_stops_once_writers_have_left() -> None:
     async def scenario() -> None:
-        recorder = AsyncRecorder()
-        recorder.release_first.set()
+        recorder = AsyncRecorder(hold_first=False)
         max_wait = 0.05
         committer = LoopGroupCommitter(recorder, max_wait=max_wait)
-        await asyncio.gather(*(committer.submit(i) for i in range(8)))
+        await after_a_crowd(committer)
         loop = asyncio.get_running_loop()
         took = []
         for i in range(20):  # one writer left, writing one after the other
@@ -456,8 +460,7 @@ def test_loop_batch_wait_is_bounded_and_stops_once_writers_have_left() -> None:
 
 def test_loop_lone_writer_never_waits() -> None:
     async def scenario() -> None:
-        recorder = AsyncRecorder()
-        recorder.release_first.set()
+        recorder = AsyncRecorder(hold_first=False)
         committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
         for i in range(5):
             assert await asyncio.wait_for(committer.submit(i), TIMEOUT / 2) == ("ok", i)
@@ -470,10 +473,9 @@ def test_loop_first_write_after_a_pause_does_not_wait(monkeypatch: pytest.Monkey
     monkeypatch.setattr(committer_module, "IDLE_FORGETS", 0.05)
 
     async def scenario() -> None:
-        recorder = AsyncRecorder()
-        recorder.release_first.set()
+        recorder = AsyncRecorder(hold_first=False)
         committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)
-        await asyncio.gather(*(committer.submit(i) for i in range(8)))
+        await after_a_crowd(committer)
         await asyncio.sleep(0.1)  # longer than IDLE_FORGETS: the crowd has left
         assert await asyncio.wait_for(committer.submit("alone"), TIMEOUT / 2) == ("ok", "alone")
 
