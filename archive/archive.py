@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from sqlalchemy import Connection
+
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
 from archive.blobstore.base import StagedBlob, discard_on_failure
@@ -243,18 +245,23 @@ class Archive:
         return ceil_to_day(archived_at + timedelta(days=self.settings.citations.retention_days))
 
     def _commit_batch(self, batch: Sequence[_PendingWrite]) -> list[WriteResult | BaseException]:
-        results: list[WriteResult | BaseException] = []
-        contents = {p.memento.content_hash: p.content for p in batch}
         # Bytes durable before any row that points at them (one sync for the whole batch).
         self.blobs.publish([p.staged for p in batch])
         with self.index.write() as connection:
-            outcomes = self.index.insert_mementos(
-                connection, [p.memento for p in batch],
-                revive=lambda address: self.blobs.put(contents[address], retain_until=self.initial_lock(utc_now())),
-            )
-            for pending, outcome in zip(batch, outcomes, strict=True):
-                results.append(self._settle(connection, pending, outcome))
-        return results
+            return self._insert_batch(connection, batch)
+
+    def _insert_batch(
+        self, connection: Connection, batch: Sequence[_PendingWrite]
+    ) -> list[WriteResult | BaseException]:
+        """The batch's rows, inside an open write; each write's result or error."""
+        contents = {p.memento.content_hash: p.content for p in batch}
+        outcomes = self.index.insert_mementos(
+            connection, [p.memento for p in batch],
+            # A blob a retention sweep was deleting is stored again, under the write lock:
+            # rare, and one put.
+            revive=lambda address: self.blobs.put(contents[address], retain_until=self.initial_lock(utc_now())),
+        )
+        return [self._settle(connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
 
     async def _commit_batch_async(
         self, batch: Sequence[_PendingWrite]
@@ -273,20 +280,13 @@ class Archive:
                 running.add_done_callback(_end_unused_write)
                 raise
 
-        contents = {p.memento.content_hash: p.content for p in batch}
         blobs = self.blobs
         assert isinstance(blobs, LocalBlobStore)
         # The write opens (and may wait for SQLite's write lock) in the thread that made the
         # names durable, in the same hand-over.
         write = await blobs.publish_async([p.staged for p in batch], offload, then=self.index.open_write)
         try:
-            # A revived blob (one a sweep was deleting) is stored again right here: rare,
-            # and a local put of one blob.
-            outcomes = self.index.insert_mementos(
-                write.connection, [p.memento for p in batch],
-                revive=lambda address: blobs.put(contents[address]),
-            )
-            results = [self._settle(write.connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
+            results = self._insert_batch(write.connection, batch)
         except BaseException:
             await offload(write.rollback)
             raise

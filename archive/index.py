@@ -219,10 +219,14 @@ class Index:
         # live mementos it remembers, whatever they delete.
         with self._live.changing() if exclusive else nullcontext(), \
                 self._writer.begin() as connection:
-            if self.dialect == "postgresql":
-                function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-                connection.exec_driver_sql(f"SELECT {function}({_RETENTION_LOCK})")
+            self._lock_against_sweeps(connection, exclusive=exclusive)
             yield connection
+
+    def _lock_against_sweeps(self, connection: Connection, *, exclusive: bool) -> None:
+        """On PostgreSQL, the transaction-level advisory lock :meth:`write` describes."""
+        if self.dialect == "postgresql":
+            function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+            connection.exec_driver_sql(f"SELECT {function}({_RETENTION_LOCK})")
 
     def open_write(self) -> OpenWrite:
         """A (non-exclusive) :meth:`write` transaction as an object: begun by this call (which
@@ -232,8 +236,7 @@ class Index:
         connection = self._writer.connect()
         try:
             transaction = connection.begin()
-            if self.dialect == "postgresql":
-                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock_shared({_RETENTION_LOCK})")
+            self._lock_against_sweeps(connection, exclusive=False)
         except BaseException:
             connection.close()
             raise
