@@ -347,12 +347,6 @@ class Archive:
         check_memento_id(memento_id_)
         return self._present(self.index.get_memento(tenant, memento_id_))
 
-    def memento_to_serve(self, tenant: str, memento_id_: str) -> Memento:
-        """:meth:`get_memento` for answering a URI-M, possibly from memory: its expiry and
-        legal hold, which that answer does not show, may be stale (Index.live_memento)."""
-        check_memento_id(memento_id_)
-        return self._present(self.index.live_memento(tenant, memento_id_))
-
     @staticmethod
     def _present(memento: Memento | None) -> Memento:
         """The memento, or the error that says why there is none to show."""
@@ -372,12 +366,16 @@ class Archive:
         """Point lookups (mementos, keys) are local reads of microseconds (SQLite)."""
         return self.index.reads_in_process
 
-    def content_read_is_quick(self, memento: Memento) -> bool:
-        return self.blobs.reads_in_process and memento.size <= QUICK_READ_BYTES
+    def blob_read_is_quick(self, size: int) -> bool:
+        return self.blobs.reads_in_process and size <= QUICK_READ_BYTES
 
     def read_content(self, memento: Memento) -> bytes:
         """The memento's bytes, re-hashed: raises IntegrityError rather than serve bad bytes."""
-        return self.blobs.get(memento.content_hash, memento.blob_version_id)
+        return self.read_blob(memento.content_hash, memento.blob_version_id)
+
+    def read_blob(self, address: str, version_id: str | None = None) -> bytes:
+        """The bytes stored at ``address``, re-hashed (:meth:`read_content` by address)."""
+        return self.blobs.get(address, version_id)
 
     def original(self, uri_r: str) -> URIR:
         return parse_uri_r(uri_r, self.settings.internal_schemes)

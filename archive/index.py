@@ -10,7 +10,6 @@ agree on one row. Both run the same queries and the same test suite.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -85,13 +84,8 @@ _EXTEND_EACH = (
 )
 
 
-def _memento_weight(memento: Memento) -> int:
-    """About the bytes a remembered memento holds: its strings, and a fixed part for the rest."""
-    facts = memento.facts
-    strings = (memento.id, memento.uri_r, memento.urir_key, memento.content_hash,
-               memento.media_type, facts.tool or "", facts.final_url or "", *facts.headers.keys(),
-               *facts.headers.values())
-    return 1_000 + sum(map(sys.getsizeof, strings))
+def _nothing(value: object) -> int:
+    return 1  # never called: a budget of 0 remembers nothing
 
 
 def _live_of(tenant: str, urir_key: str) -> Any:
@@ -116,9 +110,9 @@ def _position() -> Any:
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
-# Bytes (by sys.getsizeof) one process remembers in each cache of live mementos, or of
-# what is derived from them (the URI-M route's headers).
-LIVE_CACHE_BUDGET = 32 * 1024 * 1024
+# Bytes one process remembers in each cache of what is derived from live mementos (the
+# URI-M route's answers) unless told otherwise.
+LIVE_CACHE_BUDGET = 64 * 1024 * 1024
 
 
 @dataclass
@@ -176,10 +170,10 @@ class Index:
                 select(blobs.c.address, blobs.c.state, blobs.c.version_id)
                 .where(blobs.c.address.in_(select(ids.c.value)),
                        (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None)))
-        # Live mementos, remembered until the next deletion committed in any process
-        # (archive/signals.py; only on SQLite): see live_memento.
-        self._live: ReadCache[tuple[str, str], Memento] = self.cache_until_deletion(
-            _memento_weight)
+        # Every deletion commits through this signal's changing(), so that what any process
+        # remembers of live mementos (cache_until_deletion) is forgotten at once. It
+        # remembers nothing itself.
+        self._deletions: ReadCache[Any, Any] = self.cache_until_deletion(_nothing, budget=0)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
@@ -197,7 +191,7 @@ class Index:
         return self.dialect == "sqlite"
 
     def close(self) -> None:
-        self._live.close()
+        self._deletions.close()
         self.lookups.close()
         self._writer.dispose()
         self._reader.dispose()
@@ -213,11 +207,11 @@ class Index:
         still run beside each other. Taken first, so every later statement of the
         transaction sees what the other side committed.
 
-        Only exclusive writes may delete mementos (see :meth:`live_memento`).
+        Only exclusive writes may delete mementos (see :meth:`cache_until_deletion`).
         """
         # Deletions happen only in exclusive writes: they tell every process to forget the
         # live mementos it remembers, whatever they delete.
-        with self._live.changing() if exclusive else nullcontext(), \
+        with self._deletions.changing() if exclusive else nullcontext(), \
                 self._writer.begin() as connection:
             self._lock_against_sweeps(connection, exclusive=exclusive)
             yield connection
@@ -427,21 +421,6 @@ class Index:
         """A cache of what is derived from live mementos, emptied by the next deletion
         committed in any process (nothing is remembered on PostgreSQL)."""
         return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
-
-    def live_memento(self, tenant: str, memento_id: str) -> Memento | None:
-        """:meth:`get_memento` for serving a memento's bytes: a live memento is remembered
-        until the next deletion committed in any process. What a URI-M answer shows, all
-        fixed at capture, never changes while a memento lives; its expiry and legal hold
-        can, so they may be stale here."""
-        key = (tenant, memento_id)
-        remembered = self._live.get(key)
-        if remembered is not None:
-            return remembered
-        generation = self._live.generation()
-        memento = self.get_memento(tenant, memento_id)
-        if memento is not None and memento.deleted_at is None:
-            self._live.put(generation, key, memento)
-        return memento
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
         row = self.lookups.first(self._response_by_key, tenant=tenant, key=key)

@@ -52,11 +52,14 @@ class PreparedLookup:
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
         columns = list(statement.selected_columns)
-        self._row_type = namedtuple("LookupRow", [c.key for c in columns])  # type: ignore[misc]
+        row_type = namedtuple("LookupRow", [c.key for c in columns])  # type: ignore[misc]
+        self._make_row: Callable[[Any], Any] = row_type._make
         # dialect_impl: the type as this dialect runs it (e.g. SQLite's DATETIME text format).
-        self._processors: list[Callable[[Any], Any] | None] = [
-            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
-        ]
+        processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
+        # Only the columns that have one (on SQLite, a memento's four datetimes of nineteen).
+        self._processors: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
+            (position, process) for position, process in enumerate(processors) if process is not None
+        )
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
         if self._positions is None:
@@ -64,10 +67,12 @@ class PreparedLookup:
         return tuple(values[name] for name in self._positions)
 
     def row(self, raw: tuple[Any, ...]) -> Any:
-        return self._row_type(*(
-            value if process is None else process(value)
-            for value, process in zip(raw, self._processors, strict=True)
-        ))
+        if not self._processors:
+            return self._make_row(raw)
+        values = list(raw)
+        for position, process in self._processors:
+            values[position] = process(values[position])
+        return self._make_row(values)
 
 
 class Lookups:

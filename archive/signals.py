@@ -36,6 +36,7 @@ import mmap
 import os
 import secrets
 import struct
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -185,7 +186,8 @@ class _Entries(Generic[K, V]):
     """Values read from the index while the signal stood at ``generation``."""
 
     generation: int
-    values: dict[K, V] = field(default_factory=dict)
+    # key -> (value, its weight), oldest first: the weight is kept so forgetting is cheap.
+    values: OrderedDict[K, tuple[V, int]] = field(default_factory=OrderedDict)
     weight: int = 0
 
 
@@ -201,7 +203,7 @@ class ReadCache(Generic[K, V]):
     is remembered; and a process that cannot open an existing index's signal may not make
     the change (:meth:`changing` refuses), since the others would never hear of it. What is
     remembered weighs at most ``budget`` (``weigh`` of each value; 1 by default): past it,
-    everything is forgotten at once, which costs one index read per value to recover.
+    the values remembered first are forgotten first, one index read each to recover.
     """
 
     def __init__(
@@ -223,10 +225,10 @@ class ReadCache(Generic[K, V]):
         if signal is None:
             return None
         entries = self._entries
-        value = entries.values.get(key)
-        if value is None or signal.settled_generation() != entries.generation:
+        remembered = entries.values.get(key)
+        if remembered is None or signal.settled_generation() != entries.generation:
             return None
-        return value
+        return remembered[0]
 
     def generation(self) -> int | None:
         """Read before reading the index for a value to :meth:`put` under it: a read that
@@ -242,12 +244,17 @@ class ReadCache(Generic[K, V]):
                 return  # read just before another thread saw a newer one
             entries = self._entries = _Entries(generation)
         weight = self._weigh(value)
-        if weight > self._budget:
+        if weight > self._budget or key in entries.values:
             return
-        if entries.weight + weight > self._budget:
-            entries.values.clear()
-            entries.weight = 0
-        entries.values[key] = value
+        # Oldest first, not all at once: a working set just over the budget would otherwise
+        # be forgotten wholesale again and again, and miss about half of its reads.
+        values = entries.values
+        while entries.weight + weight > self._budget:
+            try:
+                entries.weight -= values.popitem(last=False)[1][1]
+            except KeyError:  # emptied (by another thread's put, say)
+                entries.weight = 0
+        values[key] = (value, weight)
         entries.weight += weight
 
     def changing(self) -> AbstractContextManager[None]:

@@ -126,7 +126,7 @@ def test_uri_m_serves_bytes_with_memento_headers(client: Any) -> None:
 
 
 def test_remembered_uri_m_answers_are_those_of_the_first(client: Any) -> None:
-    """The second and later answers come from memory (Index.live_memento, MementoRoute);
+    """The second and later answers come from memory (MementoRoute's ServedMemento);
     a 304 in between must not take anything out of what is remembered."""
     created = post(client).json()
     first = client.get(created["uri_m"])
@@ -221,10 +221,10 @@ def test_uri_m_fast_path_answers_exactly_as_the_documented_route(
 def test_uri_m_fast_path_turns_a_bug_into_a_json_500(client: Any, archive: Archive, monkeypatch: Any) -> None:
     created = post(client).json()
 
-    def broken(memento: Any) -> bytes:
+    def broken(address: str, version_id: str | None = None) -> bytes:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(archive, "read_content", broken)
+    monkeypatch.setattr(archive, "read_blob", broken)
     response = client.get(created["uri_m"])
     assert response.status_code == 500
     assert response.json() == {"error": {"code": "internal_error", "message": "internal error", "detail": {}}}

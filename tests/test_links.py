@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from api.mementos import memento_headers, memento_link_header
+from api.urls import Urls
+from archive.dates import to_rfc1123
 from archive.links import Link, link, link_format, link_header, text_fragment_url
+from archive.mementos import CaptureFacts, Memento, Scope
 from archive.uri import to_ascii_uri
 
 FAST = settings(max_examples=200, deadline=None, database=None)
@@ -278,3 +284,34 @@ def test_text_fragment_terms_stay_within_one_block() -> None:
     url = text_fragment_url("https://ex.org/p", "Fee\t40 euros", "Item\n", "\nTotal")
     assert url == "https://ex.org/p#:~:text=Fee,40%20euros"
     assert text_fragment_url("https://ex.org/p", "\n\t ") == "https://ex.org/p"
+
+
+# ------------------------------------------------ the URI-M's Link header, rendered by hand
+
+
+@FAST
+@given(uri_r=HOSTILE_TEXT.map(lambda rest: "https://ex.org/" + rest),
+       base=st.sampled_from(["http://127.0.0.1:8000", "https://amber.example/archive",
+                             "https://ärchiv.example/bé ta"]),
+       when=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1),
+                         timezones=st.just(UTC)))
+def test_the_uri_m_link_header_is_what_the_general_renderer_writes(
+    uri_r: str, base: str, when: datetime
+) -> None:
+    # api.mementos writes it as one f-string for speed; it must stay the same text.
+    memento = Memento(
+        id="0123abcd" * 4, tenant="default", uri_r=uri_r, urir_key=uri_r, captured_at=when,
+        archived_at=when, content_hash="blake3:" + "0" * 64, blob_version_id=None,
+        media_type="text/plain", size=1, scope=Scope.PASSAGE, facts=CaptureFacts(),
+    )
+    urls = Urls(base)
+    rfc1123 = to_rfc1123(when)
+    expected = link_header([
+        link(uri_r, "original"),
+        link(urls.timegate(uri_r), "timegate"),
+        link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
+        link(urls.timemap_json(uri_r), "timemap", type="application/json"),
+        link(urls.memento(memento.id), "memento", datetime=rfc1123),
+    ])
+    assert memento_link_header(memento, urls, rfc1123) == expected
+    assert dict(memento_headers(memento, urls))[b"link"] == expected.encode("ascii")

@@ -276,20 +276,29 @@ def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
 def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
     embedded: Archive, tmp_path: Path, monkeypatch: Any
 ) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
     memento = _passage(embedded)
     erase = lambda: _in_another_process(  # noqa: E731
         tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin"))
     lookups = _count_lookups(embedded, monkeypatch, of="id", meanwhile=erase)
-    assert embedded.memento_to_serve("default", memento.id).id == memento.id  # read just before
-    monkeypatch.undo()
-    with pytest.raises(Gone):
-        embedded.memento_to_serve("default", memento.id)
+    with TestClient(create_app(embedded.settings, archive=embedded, auth=False)) as client:
+        # Its row was read just before the erasure committed; its bytes went with it.
+        assert client.get(f"/memento/{memento.id}").status_code == 404
+        monkeypatch.undo()
+        assert client.get(f"/memento/{memento.id}").status_code == 410
     assert lookups == [memento.id]
 
 
 def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_cannot_delete(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
     archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
     memento = _passage(archive)
     archive.close()
@@ -297,30 +306,36 @@ def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_
     reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
     try:
         lookups = _count_lookups(reader, monkeypatch, of="id")
-        for _ in range(2):
-            assert reader.memento_to_serve("default", memento.id).id == memento.id
+        with TestClient(create_app(reader.settings, archive=reader, auth=False)) as client:
+            for _ in range(2):
+                assert client.get(f"/memento/{memento.id}").status_code == 200
         assert len(lookups) == 2  # nothing remembered without the signal
         with pytest.raises(ConfigurationError):
             reader.retention.erase("default", memento.id, "takedown", "admin")
         with pytest.raises(ConfigurationError):
             reader.retention.sweep(now=utc_now() + timedelta(days=400))
-        assert reader.memento_to_serve("default", memento.id).deleted_at is None
+        assert reader.get_memento("default", memento.id).deleted_at is None
     finally:
         reader.close()
 
 
-def test_a_read_cache_forgets_everything_past_its_budget_and_never_holds_an_outsize_value(
+def test_a_read_cache_past_its_budget_forgets_its_oldest_values_and_never_holds_an_outsize_one(
     tmp_path: Path,
 ) -> None:
     cache: ReadCache[str, str] = ReadCache(str(tmp_path / "index"), "deletions", budget=10, weigh=len)
     generation = cache.generation()
     cache.put(generation, "a", "xxxx")
     cache.put(generation, "b", "yyyy")
+    cache.put(generation, "b", "yyyy")  # remembered once, weighed once
     assert (cache.get("a"), cache.get("b")) == ("xxxx", "yyyy")
-    cache.put(generation, "c", "zzzz")  # 12 > 10: forget, then remember the new one
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, None, "zzzz")
-    cache.put(generation, "d", "w" * 11)
-    assert cache.get("d") is None and cache.get("c") == "zzzz"
+    cache.put(generation, "c", "zzzz")  # 12 > 10: the oldest goes, the rest stays
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, "yyyy", "zzzz")
+    cache.put(generation, "d", "ww")  # 10: fits beside both
+    assert (cache.get("b"), cache.get("c"), cache.get("d")) == ("yyyy", "zzzz", "ww")
+    cache.put(generation, "e", "vvvvvvv")  # 17 > 10: b and c go, d stays
+    assert (cache.get("b"), cache.get("c"), cache.get("d"), cache.get("e")) == (None, None, "ww", "vvvvvvv")
+    cache.put(generation, "f", "u" * 11)
+    assert cache.get("f") is None and cache.get("e") == "vvvvvvv"
     cache.close()
 
 
