@@ -239,7 +239,8 @@ class MementoRoute:
         if self.archive is archive and self._served is not None:
             return  # given at creation (tests) and started again by the lifespan
         self.archive = archive
-        self._served = archive.index.cache_until_deletion(ServedMemento.weight)
+        self._served = archive.index.cache_until_deletion(
+            ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024)
 
     def close(self) -> None:
         if self._served is not None:

@@ -146,6 +146,9 @@ class Settings:
     key_secret: str | None = None  # HMAC key for API keys; default: <data_dir>/key-secret
     rate_limit_per_second: float = 100.0  # per API key; 0 turns the limit off
     rate_limit_burst: int = 200
+    # Memory (MiB) each server process gives to remembering live mementos' URI-M answers
+    # (~1.5 KB each: 64 MiB holds ~40,000). 0: every answer reads the index.
+    uri_m_cache_mb: int = 64
     s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     s3_sse_kms_key_id: str | None = None
     # S3 Object Lock mode for blob retention (the bucket must have Object Lock enabled):
@@ -180,6 +183,8 @@ class Settings:
         DriftPolicy.from_section(self.extra.get("drift", {}))
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
+        if self.uri_m_cache_mb < 0:
+            raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
 
     @cached_property
     def citations(self) -> CitationPolicy:

@@ -110,9 +110,6 @@ def _position() -> Any:
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 _RETENTION_LOCK = 0x616D626572_01  # "amber", 1
-# Bytes one process remembers in each cache of what is derived from live mementos (the
-# URI-M route's answers) unless told otherwise.
-LIVE_CACHE_BUDGET = 64 * 1024 * 1024
 
 
 @dataclass
@@ -416,10 +413,10 @@ class Index:
         row = self.lookups.first(self._memento_by_id, tenant=tenant, id=memento_id)
         return None if row is None else _memento_from(row)
 
-    def cache_until_deletion(self, weigh: Callable[[Any], int],
-                             budget: int = LIVE_CACHE_BUDGET) -> ReadCache[Any, Any]:
-        """A cache of what is derived from live mementos, emptied by the next deletion
-        committed in any process (nothing is remembered on PostgreSQL)."""
+    def cache_until_deletion(self, weigh: Callable[[Any], int], budget: int) -> ReadCache[Any, Any]:
+        """A cache of what is derived from live mementos, at most ``budget`` heavy (by
+        ``weigh``), emptied by the next deletion committed in any process (nothing is
+        remembered on PostgreSQL)."""
         return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:

@@ -437,7 +437,8 @@ def _server_env(extra: dict[str, str], root: Path = REPO_ROOT) -> dict[str, str]
     return env
 
 
-def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: Path) -> Server:
+def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: Path,
+                settings: dict[str, str] | None = None) -> Server:
     port = _free_port()
     env = _server_env({
         "AMBER_DATA_DIR": str(data_dir),
@@ -446,6 +447,7 @@ def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: P
         # can do so the limiter still runs on every request but never refuses one.
         "AMBER_RATE_LIMIT_PER_SECOND": "1000000000",
         "AMBER_RATE_LIMIT_BURST": "1000000000",
+        **(settings or {}),
     }, root)
     cli = [sys.executable, "-m", "api.cli"]
     argv = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -697,6 +699,7 @@ def _environment(args: argparse.Namespace, data_root: Path) -> dict[str, Any]:
         "requests": args.requests,
         "amber_root": str(args.amber_root),
         "amber_commit": _git_commit(args.amber_root),
+        "amber_settings": ",".join(f"{k}={v}" for k, v in _settings(args).items()) or "defaults",
         "data_root": str(data_root),
         "data_fs": _filesystem_of(data_root),
     }
@@ -757,6 +760,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--data-root", default=None,
                         help="where the temporary AMBER_DATA_DIRs go (default: system temp dir); "
                              "durability costs depend on this filesystem")
+    parser.add_argument("--uri-m-cache-mb", type=int, default=None, metavar="MB",
+                        help="AMBER_URI_M_CACHE_MB for Amber (default: Amber's own); 0 makes "
+                             "every resolve read the index, as when the mementos resolved "
+                             "do not fit in memory")
     parser.add_argument("--keep", action="store_true", help="keep data dirs and server logs")
     parser.add_argument("--json", action="store_true", help="print machine-readable results only")
     parser.add_argument("--py-spy", nargs="?", const="amber", default=None, metavar="SERVER",
@@ -774,6 +781,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if mode not in ("full", "relaxed"):
             parser.error("--modes takes full and/or relaxed")
     return args
+
+
+def _settings(args: argparse.Namespace) -> dict[str, str]:
+    """Amber settings the command line chose (the server sees no other AMBER_* variable)."""
+    if args.uri_m_cache_mb is None:
+        return {}
+    return {"AMBER_URI_M_CACHE_MB": str(args.uri_m_cache_mb)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -795,7 +809,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode, auth in ((m, a) for m in args.modes for a in variants):
                 label = mode if auth or args.auth != "both" else f"{mode}-noauth"
                 amber = start_amber(mode, work_dir / f"data-{label}", work_dir,
-                                    auth=auth, root=args.amber_root)
+                                    auth=auth, root=args.amber_root, settings=_settings(args))
                 try:
                     base_w, _ = run_phase(args, work_dir, baseline, mode=label, target="baseline",
                                           kind="write", path="/write")

@@ -45,6 +45,8 @@ def test_lists_from_environment() -> None:
         {"AMBER_TIMEMAP_PAGE_SIZE": "0"},
         {"AMBER_FETCH_ALLOW": "10.0.0.0/99"},
         {"AMBER_CONFIG": "/nonexistent/amber.toml"},
+        {"AMBER_URI_M_CACHE_MB": "-1"},
+        {"AMBER_URI_M_CACHE_MB": "lots"},
     ],
 )
 def test_invalid_settings_are_refused(env: dict[str, str]) -> None:

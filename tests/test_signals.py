@@ -20,7 +20,7 @@ from archive import signals
 from archive.archive import Archive, MementoRequest
 from archive.config import Settings
 from archive.dates import utc_now
-from archive.exceptions import ConfigurationError, Gone, Unauthenticated
+from archive.exceptions import ConfigurationError, Unauthenticated
 from archive.keys import Role
 from archive.signals import ChangeSignal, ReadCache
 
@@ -219,7 +219,8 @@ def test_a_key_is_remembered_once_verified_and_until_the_next_revocation(
     embedded.keys.verify(issued.key)
     remembered = embedded.keys.remembered(issued.key)
     assert remembered is not None and remembered.key_id == issued.info.key_id
-    assert embedded.keys.remembered(issued.key[:-1] + "A") is None
+    altered = issued.key[:-1] + ("A" if issued.key[-1] != "A" else "B")  # never the key itself
+    assert embedded.keys.remembered(altered) is None
     assert embedded.keys.remembered("x" * 1000) is None
     _in_another_process(tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id))
     assert embedded.keys.remembered(issued.key) is None  # any revocation: verify again
@@ -271,6 +272,28 @@ def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
         assert gone.status_code == 410, gone.text
         if deletion == "erasure":
             assert client.get(f"/memento/{kept.id}").status_code == 200  # read again, still live
+
+
+@pytest.mark.parametrize("megabytes,reads", [(0, 3), (1, 1)])
+def test_the_uri_m_cache_remembers_answers_within_its_configured_memory(
+    tmp_path: Path, monkeypatch: Any, megabytes: int, reads: int
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    settings = Settings(data_dir=tmp_path / "amber", uri_m_cache_mb=megabytes)
+    archive = Archive.open(settings)
+    try:
+        memento = _passage(archive)
+        lookups = _count_lookups(archive, monkeypatch, of="id")
+        with TestClient(create_app(settings, archive=archive, auth=False)) as client:
+            answers = [client.get(f"/memento/{memento.id}") for _ in range(3)]
+        assert [answer.status_code for answer in answers] == [200, 200, 200]
+        assert len({answer.headers["link"] for answer in answers}) == 1
+        assert lookups == [memento.id] * reads
+    finally:
+        archive.close()
 
 
 def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
