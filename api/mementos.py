@@ -26,7 +26,7 @@ from api.deps import (
 from api.errors import amber_error_response, unexpected_error_response
 from api.middleware import reject_too_large
 from api.models import ERROR_RESPONSES, MementoIn, MementoOut, decode_content
-from api.urls import MEMENTO_PREFIX, Urls
+from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls
 from archive.archive import Archive, MementoRequest
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
 from archive.exceptions import AmberError
@@ -162,17 +162,18 @@ def memento_link_header(memento: Memento, urls: Urls, when: str) -> str:
     (a test holds them equal), without building and rendering five ``Link`` objects.
 
     Why by hand: rendering it the general way cost about as much as reading and re-hashing
-    the 4 KiB it describes, on every URI-M answer not remembered. It stays as safe: every
-    URI goes through ``to_ascii_uri``, the rels and attributes are constants, and ``when``
-    is RFC 1123 (printable ASCII, no quotes).
+    the 4 KiB it describes, on every URI-M answer not remembered. It stays as safe: the
+    URI-R and the base URL are made ASCII by ``to_ascii_uri`` (character by character, so
+    their concatenation is too), the paths and rels are constants, the id is hex and
+    ``when`` is RFC 1123 (printable ASCII, no quotes).
     """
-    uri_r = memento.uri_r
-    return (f'<{to_ascii_uri(uri_r)}>; rel="original", '
-            f'<{to_ascii_uri(urls.timegate(uri_r))}>; rel="timegate", '
-            f'<{to_ascii_uri(urls.timemap_link(uri_r))}>; rel="timemap"; '
-            'type="application/link-format", '
-            f'<{to_ascii_uri(urls.timemap_json(uri_r))}>; rel="timemap"; type="application/json", '
-            f'<{to_ascii_uri(urls.memento(memento.id))}>; rel="memento"; datetime="{when}"')
+    uri_r = to_ascii_uri(memento.uri_r)
+    base = urls.ascii_base
+    return (f'<{uri_r}>; rel="original", '
+            f'<{base}{TIMEGATE_PREFIX}{uri_r}>; rel="timegate", '
+            f'<{base}{TIMEMAP_LINK_PREFIX}{uri_r}>; rel="timemap"; type="application/link-format", '
+            f'<{base}{TIMEMAP_JSON_PREFIX}{uri_r}>; rel="timemap"; type="application/json", '
+            f'<{base}{MEMENTO_PREFIX}{memento.id}>; rel="memento"; datetime="{when}"')
 
 
 def etag_for(content_hash: str) -> str:

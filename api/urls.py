@@ -26,6 +26,9 @@ _COLLAPSED_SLASH = re.compile(r"^(https?):/(?!/)", re.IGNORECASE)
 class Urls:
     def __init__(self, base: str) -> None:
         self.base = base.rstrip("/")
+        # The base as it goes into Link headers. to_ascii_uri works character by character,
+        # so an ASCII base followed by an ASCII URI-R is the ASCII form of the whole URL.
+        self.ascii_base = to_ascii_uri(self.base)
 
     def memento(self, memento_id: str) -> str:
         return f"{self.base}{MEMENTO_PREFIX}{memento_id}"

@@ -603,6 +603,11 @@ class RowView:
         )
 
 
+def _headers_from(text: str) -> dict[str, str]:
+    # Most captures record no response headers (every passage): skip the JSON decoder.
+    return {} if text == "{}" else dict(json.loads(text))
+
+
 def _memento_from(row: Row[Any] | RowView) -> Memento:
     return Memento(
         id=row.id, tenant=row.tenant, uri_r=row.uri_r, urir_key=row.urir_key,
@@ -611,7 +616,7 @@ def _memento_from(row: Row[Any] | RowView) -> Memento:
         media_type=row.media_type, size=row.size, scope=Scope(row.scope),
         facts=CaptureFacts(
             tool=row.tool, final_url=row.final_url, http_status=row.http_status,
-            headers=json.loads(row.headers_json),
+            headers=_headers_from(row.headers_json),
         ),
         expires_at=row.expires_at, deleted_at=row.deleted_at,
         deletion_reason=row.deletion_reason, legal_hold=bool(row.legal_hold),

@@ -64,7 +64,7 @@ class PreparedLookup:
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
         if self._positions is None:
             return values
-        return tuple(values[name] for name in self._positions)
+        return tuple(map(values.__getitem__, self._positions))
 
     def row(self, raw: tuple[Any, ...]) -> Any:
         if not self._processors:

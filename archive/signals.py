@@ -236,7 +236,7 @@ class ReadCache(Generic[K, V]):
         return self._signal.settled_generation() if self._signal is not None else None
 
     def put(self, generation: int | None, key: K, value: V) -> None:
-        if generation is None:
+        if generation is None or self._budget <= 0:
             return
         entries = self._entries
         if entries.generation != generation:

@@ -58,11 +58,13 @@ class LocalBlobStore:
 
     def _location(self, digest: str) -> tuple[str, str]:
         """(shard directory, blob path) of a digest, as plain strings."""
+        # Joined by hand: os.path.join's checks cost more than the read of a small blob's
+        # name, and a digest is 64 hex characters, never a separator or an absolute path.
         if self.shard_levels == 1:
-            directory = os.path.join(self._root, digest[:2])
+            directory = f"{self._root}{os.sep}{digest[:2]}"
         else:
-            directory = os.path.join(self._root, digest[:2], digest[2:4])
-        return directory, os.path.join(directory, digest)
+            directory = f"{self._root}{os.sep}{digest[:2]}{os.sep}{digest[2:4]}"
+        return directory, f"{directory}{os.sep}{digest}"
 
     def put(self, data: bytes, *, retain_until: datetime | None = None) -> StoredBlob:
         """Store ``data``, durable when it returns; ``retain_until`` is ignored (no
