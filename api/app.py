@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from api import admin, drift, errors, mementos, retention, timetravel, transcripts
+from api import admin, drift, errors, mementos, metrics, retention, timetravel, transcripts
 from api.auth import Gatekeeper
 from api.middleware import BodySizeLimit
 from api.urls import Urls
@@ -93,6 +93,7 @@ def create_app(
     app.include_router(drift.router)
     app.include_router(admin.router)
     app.include_router(retention.router)
+    app.include_router(metrics.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

@@ -243,6 +243,10 @@ class MementoRoute:
         self._served = archive.index.cache_until_deletion(
             ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024)
 
+    def served_cache(self) -> ReadCache[tuple[str, str], ServedMemento] | None:
+        """The memory of answers (its counters and usage), once started."""
+        return self._served
+
     def close(self) -> None:
         if self._served is not None:
             self._served.close()

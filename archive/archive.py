@@ -22,7 +22,7 @@ from archive.blobstore import BlobStore, open_blob_store
 from archive.blobstore.base import StagedBlob, discard_on_failure
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationDesk
-from archive.committer import GroupCommitter, LoopGroupCommitter
+from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import to_rfc3339, utc_now
 from archive.drift import DriftService
@@ -134,6 +134,14 @@ class Archive:
             Index(settings.resolved_database_url, durable=settings.durable,
                   grace=timedelta(days=settings.citations.retention_days)),
         )
+
+    def write_commits(self) -> CommitCounts:
+        """Memento write batches committed (or tried) by this process, and the writes in them."""
+        counts = CommitCounts()
+        for committer in (self._committer, self._loop_committer):
+            counts.batches += committer.counts.batches
+            counts.items += committer.counts.items
+        return counts
 
     def close(self) -> None:
         self._committer.close()

@@ -28,12 +28,27 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
+
+
+@dataclass
+class CommitCounts:
+    """Batches handed to ``commit_batch`` and the items in them, since this process began
+    (a failed batch's retries, one item each, count too). Items per batch is the figure
+    that says whether concurrent writers really share their commits."""
+
+    batches: int = 0
+    items: int = 0
+
+    def add(self, size: int) -> None:
+        self.batches += 1
+        self.items += size
 # A loop batch smaller than this share of recent ones waits (max_wait at most) to fill up.
 FILL_RATIO = 0.9
 # How fast "recent" forgets a big batch once writers leave: after ~15 batches it is a
@@ -53,6 +68,7 @@ class GroupCommitter(Generic[T, R]):
     ) -> None:
         self._commit_batch = commit_batch
         self._max_batch = max_batch
+        self.counts = CommitCounts()
         self._queue: queue.SimpleQueue[tuple[T, Future[R]] | object] = queue.SimpleQueue()
         self._closed = False
         self._closing = threading.Lock()  # makes "check closed, then enqueue" atomic
@@ -98,6 +114,7 @@ class GroupCommitter(Generic[T, R]):
                 return
 
     def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
+        self.counts.add(len(batch))
         try:
             results = self._commit_batch([item for item, _ in batch])
             if len(results) != len(batch):
@@ -132,6 +149,7 @@ class LoopGroupCommitter(Generic[T, R]):
         self._commit_batch = commit_batch
         self._max_batch = max_batch
         self._max_wait = max_wait
+        self.counts = CommitCounts()
         # Per event loop (tests run several, one after the other): what waits, and the
         # task committing it while there is any.
         self._queues: weakref.WeakKeyDictionary[
@@ -190,6 +208,7 @@ class LoopGroupCommitter(Generic[T, R]):
             waiting.filled = None
 
     async def _commit(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        self.counts.add(len(batch))
         try:
             results = await self._commit_batch([item for item, _ in batch])
             if len(results) != len(batch):

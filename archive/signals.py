@@ -218,17 +218,28 @@ class ReadCache(Generic[K, V]):
         self._entries: _Entries[K, V] = _Entries(-1)
         self._budget = budget
         self._weigh = weigh
+        # Since this process began; misses include reads of values that are not remembered
+        # (no signal, a change in progress, forgotten, never read).
+        self.hits = 0
+        self.misses = 0
 
     def get(self, key: K) -> V | None:
         """The remembered value, or None: a dictionary read and a memory read, no more."""
         signal = self._signal
-        if signal is None:
-            return None
         entries = self._entries
         remembered = entries.values.get(key)
-        if remembered is None or signal.settled_generation() != entries.generation:
+        if remembered is None or signal is None or signal.settled_generation() != entries.generation:
+            self.misses += 1
             return None
+        self.hits += 1
         return remembered[0]
+
+    def usage(self) -> tuple[int, int, int]:
+        """``(values, their weight, budget)`` remembered and still valid now."""
+        entries = self._entries
+        if self._signal is None or self._signal.settled_generation() != entries.generation:
+            return 0, 0, self._budget  # forgotten: the next put starts afresh
+        return len(entries.values), entries.weight, self._budget
 
     def generation(self) -> int | None:
         """Read before reading the index for a value to :meth:`put` under it: a read that

@@ -95,6 +95,7 @@ CASES = [
     RouteCase("GET", "/api/v1/keys", "/api/v1/keys", ADMIN, 200, 200),
     RouteCase("DELETE", "/api/v1/keys/{key_id}", "/api/v1/keys/{key_id}", ADMIN, 200, 404),
     RouteCase("GET", "/api/v1/audit/reads", "/api/v1/audit/reads", ADMIN, 200, 200),
+    RouteCase("GET", "/metrics", "/metrics", ADMIN, 200, 200),
     RouteCase("GET", "/api/v1/citations/{citation_id}/drift", "/api/v1/citations/" + "0" * 32 + "/drift",
               READERS, 404, 404),
     RouteCase("GET", "/api/v1/drift/sources", "/api/v1/drift/sources", READERS, 200, 200),
