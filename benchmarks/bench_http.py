@@ -73,6 +73,10 @@ class PhaseResult:
     load_cpu: float  # load process CPU seconds per wall second
     other_cpu: float  # the rest of the machine's busy CPU per wall second (noise indicator)
     statuses: dict[str, int] = field(default_factory=dict)
+    # From Amber's GET /metrics, over the phase (warm-up included): writes per group commit,
+    # or the share of URI-M answers from memory. None: the baseline, or a version without it.
+    writes_per_commit: float | None = None
+    answers_from_memory: float | None = None
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -395,6 +399,7 @@ class Server:
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
         self.api_key: str | None = None
+        self.admin_key: str | None = None  # reads GET /metrics
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
@@ -451,21 +456,61 @@ def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: P
     }, root)
     cli = [sys.executable, "-m", "api.cli"]
     argv = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)]
-    api_key = None
+    api_key = admin_key = None
     if auth:
         # As a user would: an agent key made with the CLI, sent as a bearer token.
-        made = subprocess.run([*cli, "keys", "create", "--role", "agent", "--name", "bench_http"],
-                              cwd=root, env=env, capture_output=True, text=True)
-        if made.returncode == 0:
-            api_key = made.stdout.strip().splitlines()[-1]
-        elif "No such command" not in made.stderr:  # a version without API keys is fine
-            raise RuntimeError(f"amber keys create failed:\n{made.stdout}{made.stderr}")
+        api_key = _make_key(cli, "agent", root, env)
+        admin_key = _make_key(cli, "admin", root, env)
     else:
         argv.append("--insecure-no-auth")
     server = Server(f"amber-{mode}", argv, env, port, log_dir, cwd=root)
     server.api_key = api_key
+    server.admin_key = admin_key
     server.wait_ready("/healthz")
     return server
+
+
+def _make_key(cli: list[str], role: str, root: Path, env: dict[str, str]) -> str | None:
+    made = subprocess.run([*cli, "keys", "create", "--role", role, "--name", f"bench_http_{role}"],
+                          cwd=root, env=env, capture_output=True, text=True)
+    if made.returncode == 0:
+        return made.stdout.strip().splitlines()[-1]
+    if "No such command" in made.stderr:  # a version without API keys is fine
+        return None
+    raise RuntimeError(f"amber keys create failed:\n{made.stdout}{made.stderr}")
+
+
+def scrape_metrics(server: Server) -> dict[str, float] | None:
+    """Amber's GET /metrics as {name: value}; None where the version has none."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {server.admin_key}"} if server.admin_key else {}
+    try:
+        answer = httpx.get(server.base_url + "/metrics", headers=headers, timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if answer.status_code != 200:
+        return None
+    samples = (line.split() for line in answer.text.splitlines() if not line.startswith("#"))
+    return {sample[0]: float(sample[1]) for sample in samples if len(sample) == 2}
+
+
+def _server_figures(kind: str, before: dict[str, float] | None,
+                    after: dict[str, float] | None) -> dict[str, float | None]:
+    """What the server counted over a phase: writes per commit, or answers from memory."""
+    def grew(name: str) -> float:
+        return (after or {}).get(name, 0.0) - (before or {}).get(name, 0.0)
+
+    figures: dict[str, float | None] = {"writes_per_commit": None, "answers_from_memory": None}
+    if before is None or after is None:
+        return figures
+    if kind == "write" and grew("amber_write_batches_total"):
+        figures["writes_per_commit"] = (grew("amber_write_batch_mementos_total")
+                                        / grew("amber_write_batches_total"))
+    answers = grew("amber_uri_m_cache_hits_total") + grew("amber_uri_m_cache_misses_total")
+    if kind == "resolve" and answers:
+        figures["answers_from_memory"] = grew("amber_uri_m_cache_hits_total") / answers
+    return figures
 
 
 def start_baseline(log_dir: Path) -> Server:
@@ -496,6 +541,7 @@ def run_phase(
     out_path = work_dir / f"out-{mode}-{target}-{kind}.json"
     spec_path.write_text(json.dumps(spec))
     profiler = _start_profiler(args, server, f"{target}-{mode}-{kind}")
+    before = scrape_metrics(server) if target == "amber" else None
     try:
         subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "_load", str(spec_path), str(out_path)],
@@ -503,9 +549,11 @@ def run_phase(
         )
     finally:
         _stop_profiler(profiler)
+    after = scrape_metrics(server) if before is not None else None
     raw = json.loads(out_path.read_text())
     uri_ms = raw.pop("uri_ms")
-    result = PhaseResult(mode=mode, target=target, kind=kind, **raw)
+    result = PhaseResult(mode=mode, target=target, kind=kind, **raw,
+                         **_server_figures(kind, before, after))
     if not args.json:
         _print_row(result)
     return result, uri_ms
@@ -605,6 +653,12 @@ def _print_row(r: PhaseResult) -> None:
     )
     if r.errors:
         print(f"{'':<12} {'':<9} ^ statuses: {r.statuses}", flush=True)
+    if r.writes_per_commit is not None:
+        print(f"{'':<12} {'':<9} ^ server: {r.writes_per_commit:.1f} writes per group commit",
+              flush=True)
+    if r.answers_from_memory is not None:
+        print(f"{'':<12} {'':<9} ^ server: {r.answers_from_memory:.1%} of URI-M answers from "
+              "memory (AMBER_URI_M_CACHE_MB)", flush=True)
 
 
 def ratios_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
