@@ -839,9 +839,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def _settings(args: argparse.Namespace) -> dict[str, str]:
     """Amber settings the command line chose (the server sees no other AMBER_* variable)."""
-    if args.uri_m_cache_mb is None:
+    megabytes = getattr(args, "uri_m_cache_mb", None)  # bench_auth.py has no such flag
+    if megabytes is None:
         return {}
-    return {"AMBER_URI_M_CACHE_MB": str(args.uri_m_cache_mb)}
+    return {"AMBER_URI_M_CACHE_MB": str(megabytes)}
 
 
 def main(argv: list[str] | None = None) -> int:
