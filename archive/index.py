@@ -84,10 +84,6 @@ _EXTEND_EACH = (
 )
 
 
-def _nothing(value: object) -> int:
-    return 1  # never called: a budget of 0 remembers nothing
-
-
 def _live_of(tenant: str, urir_key: str) -> Any:
     # Deleted mementos (tombstones) leave TimeMaps and TimeGates; their URI-M answers 410.
     return and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key,
@@ -168,9 +164,9 @@ class Index:
                 .where(blobs.c.address.in_(select(ids.c.value)),
                        (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None)))
         # Every deletion commits through this signal's changing(), so that what any process
-        # remembers of live mementos (cache_until_deletion) is forgotten at once. It
-        # remembers nothing itself.
-        self._deletions: ReadCache[Any, Any] = self.cache_until_deletion(_nothing, budget=0)
+        # remembers of live mementos (cache_until_deletion) is forgotten at once. A budget
+        # of 0: it remembers nothing itself.
+        self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "deletions", budget=0)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
