@@ -239,6 +239,15 @@ def test_a_key_verified_while_a_revocation_commits_is_not_remembered_after_it(
     assert embedded.keys.remembered(issued.key) is None
 
 
+def _serving(archive: Archive) -> Any:
+    """A test client of the app serving ``archive`` (authentication off)."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    return TestClient(create_app(archive.settings, archive=archive, auth=False))
+
+
 def _passage(archive: Archive, text: str = "kept for a while") -> Any:
     return archive.write_memento(
         MementoRequest(uri_r="https://ex.org/p", content=text.encode(), content_type="text/plain")
@@ -249,13 +258,9 @@ def _passage(archive: Archive, text: str = "kept for a while") -> Any:
 def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
     embedded: Archive, tmp_path: Path, monkeypatch: Any, deletion: str
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.app import create_app
-
     kept, doomed = _passage(embedded, "kept"), _passage(embedded, "doomed")
     lookups = _count_lookups(embedded, monkeypatch, of="id")
-    with TestClient(create_app(embedded.settings, archive=embedded, auth=False)) as client:
+    with _serving(embedded) as client:
         for _ in range(3):
             for memento in (kept, doomed):
                 assert client.get(f"/memento/{memento.id}").status_code == 200
@@ -278,16 +283,12 @@ def test_a_served_memento_deleted_in_another_process_is_gone_at_once(
 def test_the_uri_m_cache_remembers_answers_within_its_configured_memory(
     tmp_path: Path, monkeypatch: Any, megabytes: int, reads: int
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.app import create_app
-
     settings = Settings(data_dir=tmp_path / "amber", uri_m_cache_mb=megabytes)
     archive = Archive.open(settings)
     try:
         memento = _passage(archive)
         lookups = _count_lookups(archive, monkeypatch, of="id")
-        with TestClient(create_app(settings, archive=archive, auth=False)) as client:
+        with _serving(archive) as client:
             answers = [client.get(f"/memento/{memento.id}") for _ in range(3)]
         assert [answer.status_code for answer in answers] == [200, 200, 200]
         assert len({answer.headers["link"] for answer in answers}) == 1
@@ -299,15 +300,11 @@ def test_the_uri_m_cache_remembers_answers_within_its_configured_memory(
 def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
     embedded: Archive, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.app import create_app
-
     memento = _passage(embedded)
     erase = lambda: _in_another_process(  # noqa: E731
         tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin"))
     lookups = _count_lookups(embedded, monkeypatch, of="id", meanwhile=erase)
-    with TestClient(create_app(embedded.settings, archive=embedded, auth=False)) as client:
+    with _serving(embedded) as client:
         # Its row was read just before the erasure committed; its bytes went with it.
         assert client.get(f"/memento/{memento.id}").status_code == 404
         monkeypatch.undo()
@@ -318,10 +315,6 @@ def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
 def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_cannot_delete(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.app import create_app
-
     archive = Archive.open(Settings(data_dir=tmp_path / "amber"))
     memento = _passage(archive)
     archive.close()
@@ -329,7 +322,7 @@ def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_
     reader = Archive.open(Settings(data_dir=tmp_path / "amber"))
     try:
         lookups = _count_lookups(reader, monkeypatch, of="id")
-        with TestClient(create_app(reader.settings, archive=reader, auth=False)) as client:
+        with _serving(reader) as client:
             for _ in range(2):
                 assert client.get(f"/memento/{memento.id}").status_code == 200
         assert len(lookups) == 2  # nothing remembered without the signal
@@ -382,10 +375,6 @@ def test_processes_reaching_one_database_through_a_link_share_its_signal(tmp_pat
 def test_a_served_memento_swept_by_the_cli_in_another_process_is_gone_at_once(
     tmp_path: Path,
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.app import create_app
-
     config = tmp_path / "amber.toml"
     config.write_text("[citations]\nretention_days = 0\n")
     environ = {"AMBER_DATA_DIR": str(tmp_path / "amber"), "AMBER_CONFIG": str(config)}
@@ -393,7 +382,7 @@ def test_a_served_memento_swept_by_the_cli_in_another_process_is_gone_at_once(
     served = Archive.open(settings)
     try:
         memento = _passage(served)  # uncited, no grace: expired as soon as it is written
-        with TestClient(create_app(settings, archive=served, auth=False)) as client:
+        with _serving(served) as client:
             for _ in range(2):
                 assert client.get(f"/memento/{memento.id}").status_code == 200
             done = subprocess.run(
