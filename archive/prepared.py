@@ -18,11 +18,13 @@ in one statement.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
 from collections import namedtuple
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
@@ -41,7 +43,8 @@ from sqlalchemy.dialects import sqlite
 
 
 class PreparedLookup:
-    """One ``select`` compiled for one dialect, with its bind order and result processors."""
+    """One ``select`` compiled for one dialect, with its bind order, its bind and result
+    processors, and the values of its literal binds (a ``LIMIT 1``)."""
 
     def __init__(self, statement: Select[Any], engine: Engine) -> None:
         dialect = engine.dialect
@@ -51,6 +54,14 @@ class PreparedLookup:
         self._positions: tuple[str, ...] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
+        # Binds given a value in the statement (LIMIT's), and binds whose type converts
+        # what it binds (a datetime to SQLite's text, or to naive UTC): applied as Core would.
+        self._defaults = {name: bind.value for name, bind in compiled.binds.items()
+                          if not bind.required}
+        self._bind_processors = {
+            name: process for name, bind in compiled.binds.items()
+            if (process := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
         columns = list(statement.selected_columns)
         row_type = namedtuple("LookupRow", [c.key for c in columns])  # type: ignore[misc]
         self._make_row: Callable[[Any], Any] = row_type._make
@@ -62,9 +73,17 @@ class PreparedLookup:
         )
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
+        if self._defaults or self._bind_processors:
+            values = self._processed(values)
         if self._positions is None:
             return values
         return tuple(map(values.__getitem__, self._positions))
+
+    def _processed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        processed = {**self._defaults, **values}
+        for name, process in self._bind_processors.items():
+            processed[name] = process(processed[name])
+        return processed
 
     def row(self, raw: tuple[Any, ...]) -> Any:
         if not self._processors:
@@ -88,19 +107,32 @@ class Lookups:
 
     def first(self, lookup: PreparedLookup, **values: Any) -> Any | None:
         """The first row of ``lookup`` for these bind values, or None."""
-        parameters = lookup.parameters(values)
         if self._sqlite_path is not None:
-            raw = self._sqlite().execute(lookup.sql, parameters).fetchone()
-        else:
-            connection = self._engine.raw_connection()
+            return _first_on(self._sqlite(), lookup, values)
+        connection = self._engine.raw_connection()
+        try:
+            return _first_on(connection, lookup, values)
+        finally:
+            connection.close()  # back to the pool, which rolls the read back
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Callable[..., Any | None]]:
+        """:meth:`first` for several lookups that must agree with each other: on SQLite one
+        read transaction (a single snapshot of the WAL), on PostgreSQL one connection and
+        transaction, as a Core read with :meth:`Index.read` would have."""
+        if self._sqlite_path is not None:
+            connection: Any = self._sqlite()
+            connection.execute("BEGIN")
             try:
-                cursor = connection.cursor()
-                cursor.execute(lookup.sql, parameters)
-                raw = cursor.fetchone()
-                cursor.close()
+                yield functools.partial(_first_of, connection)
             finally:
-                connection.close()  # back to the pool, which rolls the read back
-        return None if raw is None else lookup.row(raw)
+                connection.execute("COMMIT")  # a read: ends the snapshot, writes nothing
+            return
+        connection = self._engine.raw_connection()
+        try:
+            yield functools.partial(_first_of, connection)
+        finally:
+            connection.close()  # back to the pool, which rolls the read back
 
     def all_on(self, dbapi_connection: Any, lookup: PreparedLookup, **values: Any) -> list[Any]:
         """Every row of ``lookup`` on a given driver connection (e.g. inside the writer's
@@ -132,6 +164,20 @@ class Lookups:
                 self._opened.append(connection)
             self._local.connection = connection
         return connection
+
+
+def _first_on(dbapi_connection: Any, lookup: PreparedLookup, values: Mapping[str, Any]) -> Any | None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(lookup.sql, lookup.parameters(values))
+        raw = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if raw is None else lookup.row(raw)
+
+
+def _first_of(dbapi_connection: Any, lookup: PreparedLookup, **values: Any) -> Any | None:
+    return _first_on(dbapi_connection, lookup, values)
 
 
 class PreparedWrite:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -105,6 +106,29 @@ def test_neighbours_and_ordering(database_url: str) -> None:
         listed = index.list_mementos("default", "https://ex.org/", offset=0, limit=10)
         assert [m.id for m in listed] == [days[0].id, days[1].id, passage.id, days[2].id]
         assert index.neighbours("default", "https://other/", None) is None
+    finally:
+        index.close()
+
+
+def test_neighbours_read_one_snapshot_of_a_sqlite_index(tmp_path: Any) -> None:
+    """The TimeGate's look-ups run in one read transaction: a memento committed meanwhile
+    is not half seen (say, as the last but not as the chosen one)."""
+    index = Index(f"sqlite:///{tmp_path / 'index.sqlite3'}")
+    try:
+        early, late = make(content=content(1)), make(at=T0 + timedelta(days=1), content=content(2))
+        insert(index, early)
+        with index.lookups.snapshot() as first_row:
+            def live(memento: Memento) -> Any:
+                return first_row(index._memento_by_id, tenant="default", id=memento.id)
+
+            assert live(early) is not None
+            insert(index, late)  # committed by the writer while the snapshot is open
+            assert live(late) is None
+        assert index.get_memento("default", late.id) is not None
+        with pytest.raises(RuntimeError), index.lookups.snapshot():
+            raise RuntimeError("a failed look-up")
+        found = index.neighbours("default", "https://ex.org/", None)  # the snapshot ended
+        assert found is not None and found.chosen.id == late.id and found.prev is not None
     finally:
         index.close()
 
