@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    Integer,
     RootTransaction,
     Row,
     Text,
@@ -210,6 +211,12 @@ class Index:
         # of 0: it remembers nothing itself.
         self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "deletions", budget=0)
         self._probes = _neighbour_probes(self.lookups)
+        # A TimeMap's size and pages, compiled once for the same reason.
+        live = _live_of(bindparam("tenant"), bindparam("urir_key"))
+        self._timemap_size = self.lookups.prepare(select(func.count().label("mementos")).where(live))
+        self._timemap_page = self.lookups.prepare(
+            select(mementos).where(live).order_by(*_order_ascending())
+            .offset(bindparam("offset", type_=Integer())).limit(bindparam("limit", type_=Integer())))
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
@@ -494,17 +501,14 @@ class Index:
     def list_mementos(
         self, tenant: str, urir_key: str, *, offset: int, limit: int
     ) -> list[Memento]:
-        same = _live_of(tenant, urir_key)
-        with self.read() as connection:
-            query = (
-                select(mementos).where(same).order_by(*_order_ascending()).offset(offset).limit(limit)
-            )
-            return [_memento_from(row) for row in connection.execute(query)]
+        rows = self.lookups.all(self._timemap_page, tenant=tenant, urir_key=urir_key,
+                                offset=offset, limit=limit)
+        return [_memento_from(row) for row in rows]
 
     def count_mementos(self, tenant: str, urir_key: str) -> int:
-        same = _live_of(tenant, urir_key)
-        with self.read() as connection:
-            return int(connection.execute(select(func.count()).where(same)).scalar_one())
+        row = self.lookups.first(self._timemap_size, tenant=tenant, urir_key=urir_key)
+        assert row is not None  # COUNT(*) always answers one row
+        return int(row.mementos)
 
     def all_memento_blobs(self) -> list[tuple[str, str, str | None]]:
         """(memento id, content hash, version id) for every memento: for integrity checks."""

@@ -115,6 +115,16 @@ class Lookups:
         finally:
             connection.close()  # back to the pool, which rolls the read back
 
+    def all(self, lookup: PreparedLookup, **values: Any) -> list[Any]:
+        """Every row of ``lookup`` for these bind values."""
+        if self._sqlite_path is not None:
+            return self.all_on(self._sqlite(), lookup, **values)
+        connection = self._engine.raw_connection()
+        try:
+            return self.all_on(connection, lookup, **values)
+        finally:
+            connection.close()  # back to the pool, which rolls the read back
+
     @contextmanager
     def snapshot(self) -> Iterator[Callable[..., Any | None]]:
         """:meth:`first` for several lookups that must agree with each other: on SQLite one
