@@ -91,6 +91,11 @@ def _live_of(tenant: Any, urir_key: Any) -> Any:
                 mementos.c.deleted_at.is_(None))
 
 
+def _live_of_bound() -> Any:
+    """:func:`_live_of` with the tenant and URI-R key as bind parameters."""
+    return _live_of(bindparam("tenant"), bindparam("urir_key"))
+
+
 def _nearest(probe: Callable[..., Memento | None], target: datetime, first: Memento,
              last: Memento) -> Memento:
     if target <= first.captured_at:
@@ -116,7 +121,7 @@ def _neighbour_probes(lookups: Lookups) -> dict[str, PreparedLookup]:
     """The TimeGate's look-ups (:meth:`Index.neighbours`), each the first live memento of a
     URI-R in TimeMap order from some point: compiled once, since SQLAlchemy's execution
     machinery cost ~10x the indexed query itself (mementos_by_original)."""
-    live = _live_of(bindparam("tenant"), bindparam("urir_key"))
+    live = _live_of_bound()
     moment = bindparam("moment", type_=UTCDateTime())
     at = tuple_(bindparam("at_time", type_=UTCDateTime()), bindparam("at_scope", type_=Text()),
                 bindparam("at_id", type_=Text()))
@@ -212,10 +217,10 @@ class Index:
         self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "deletions", budget=0)
         self._probes = _neighbour_probes(self.lookups)
         # A TimeMap's size and pages, compiled once for the same reason.
-        live = _live_of(bindparam("tenant"), bindparam("urir_key"))
-        self._timemap_size = self.lookups.prepare(select(func.count().label("mementos")).where(live))
+        self._timemap_size = self.lookups.prepare(
+            select(func.count().label("mementos")).where(_live_of_bound()))
         self._timemap_page = self.lookups.prepare(
-            select(mementos).where(live).order_by(*_order_ascending())
+            select(mementos).where(_live_of_bound()).order_by(*_order_ascending())
             .offset(bindparam("offset", type_=Integer())).limit(bindparam("limit", type_=Integer())))
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
