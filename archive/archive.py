@@ -137,11 +137,7 @@ class Archive:
 
     def write_commits(self) -> CommitCounts:
         """Memento write batches committed (or tried) by this process, and the writes in them."""
-        counts = CommitCounts()
-        for committer in (self._committer, self._loop_committer):
-            counts.batches += committer.counts.batches
-            counts.items += committer.counts.items
-        return counts
+        return self._committer.counts + self._loop_committer.counts
 
     def close(self) -> None:
         self._committer.close()

@@ -35,6 +35,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
+# A loop batch smaller than this share of recent ones waits (max_wait at most) to fill up.
+FILL_RATIO = 0.9
+# How fast "recent" forgets a big batch once writers leave: after ~15 batches it is a
+# twentieth. Each of those batches waits max_wait at most. After a second with nothing to
+# commit it is forgotten at once.
+RECENT_DECAY = 0.8
+IDLE_FORGETS = 1.0
 
 
 @dataclass
@@ -49,13 +56,9 @@ class CommitCounts:
     def add(self, size: int) -> None:
         self.batches += 1
         self.items += size
-# A loop batch smaller than this share of recent ones waits (max_wait at most) to fill up.
-FILL_RATIO = 0.9
-# How fast "recent" forgets a big batch once writers leave: after ~15 batches it is a
-# twentieth. Each of those batches waits max_wait at most. After a second with nothing to
-# commit it is forgotten at once.
-RECENT_DECAY = 0.8
-IDLE_FORGETS = 1.0
+
+    def __add__(self, other: CommitCounts) -> CommitCounts:
+        return CommitCounts(self.batches + other.batches, self.items + other.items)
 
 
 class GroupCommitter(Generic[T, R]):

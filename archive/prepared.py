@@ -107,40 +107,40 @@ class Lookups:
 
     def first(self, lookup: PreparedLookup, **values: Any) -> Any | None:
         """The first row of ``lookup`` for these bind values, or None."""
-        if self._sqlite_path is not None:
+        if self._sqlite_path is not None:  # the hot path (URI-Ms, keys): no context manager
             return _first_on(self._sqlite(), lookup, values)
-        connection = self._engine.raw_connection()
-        try:
+        with self._connection() as connection:
             return _first_on(connection, lookup, values)
-        finally:
-            connection.close()  # back to the pool, which rolls the read back
 
     def all(self, lookup: PreparedLookup, **values: Any) -> list[Any]:
         """Every row of ``lookup`` for these bind values."""
-        if self._sqlite_path is not None:
-            return self.all_on(self._sqlite(), lookup, **values)
-        connection = self._engine.raw_connection()
-        try:
+        with self._connection() as connection:
             return self.all_on(connection, lookup, **values)
-        finally:
-            connection.close()  # back to the pool, which rolls the read back
 
     @contextmanager
     def snapshot(self) -> Iterator[Callable[..., Any | None]]:
         """:meth:`first` for several lookups that must agree with each other: on SQLite one
         read transaction (a single snapshot of the WAL), on PostgreSQL one connection and
         transaction, as a Core read with :meth:`Index.read` would have."""
-        if self._sqlite_path is not None:
-            connection: Any = self._sqlite()
+        with self._connection() as connection:
+            if self._sqlite_path is None:
+                yield functools.partial(_first_of, connection)
+                return
             connection.execute("BEGIN")
             try:
                 yield functools.partial(_first_of, connection)
             finally:
                 connection.execute("COMMIT")  # a read: ends the snapshot, writes nothing
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A driver connection to read on: this thread's (SQLite), or one from the pool."""
+        if self._sqlite_path is not None:
+            yield self._sqlite()
             return
         connection = self._engine.raw_connection()
         try:
-            yield functools.partial(_first_of, connection)
+            yield connection
         finally:
             connection.close()  # back to the pool, which rolls the read back
 
