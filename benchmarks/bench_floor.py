@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_http  # noqa: E402 - the sibling script, not a package
-from bench_http import (  # noqa: E402
+import bench_http  # the sibling script, not a package
+from bench_http import (
     BENCH_DIR,
     GOAL_RATIO,
     PhaseResult,

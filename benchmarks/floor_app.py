@@ -80,7 +80,7 @@ class Floor:
         for shard in range(256):
             (self.blobs / f"{shard:02x}").mkdir(parents=True, exist_ok=True)
         self.blobs_fd = os.open(self.blobs, os.O_RDONLY | os.O_DIRECTORY)
-        self.pack = open(data_dir / "pack", "ab")  # noqa: SIM115 - lives as long as the app
+        self.pack = open(data_dir / "pack", "ab")  # lives as long as the app
         self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="floor-disk")
         self.queue: list[Write] = []
         self.wakeup: asyncio.Future[None] | None = None
@@ -129,7 +129,7 @@ class Floor:
             batch, self.queue = self.queue, []
             try:
                 await loop.run_in_executor(self.disk, self.commit, batch)
-            except Exception as error:  # noqa: BLE001 - every writer of the batch hears it
+            except Exception as error:  # every writer of the batch hears it
                 for write in batch:
                     write.done.set_exception(error)
             else:
