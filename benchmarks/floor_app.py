@@ -86,6 +86,14 @@ class Floor:
         self.wakeup: asyncio.Future[None] | None = None
         self.committer: asyncio.Task[None] | None = None
 
+    def close(self) -> None:
+        if self.committer is not None:
+            self.committer.cancel()
+        self.disk.shutdown(wait=True)
+        self.db.close()
+        self.pack.close()
+        os.close(self.blobs_fd)
+
     def stage(self, content: bytes, address: str) -> tuple[str, str]:
         final = f"{self.blobs}/{address[:2]}/{address}"
         if PACKED:
@@ -174,6 +182,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 _floor = Floor(DATA_DIR)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if _floor is not None:
+                    _floor.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     if scope["type"] != "http":

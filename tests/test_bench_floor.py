@@ -42,8 +42,7 @@ async def _write_all(floor: Any, bodies: list[dict[str, str]]) -> list[dict[str,
     try:
         return list(await asyncio.gather(*(floor.write(body) for body in bodies)))
     finally:
-        if floor.committer is not None:
-            floor.committer.cancel()
+        floor.close()
 
 
 @pytest.mark.parametrize("blobs", ["files", "packed"])
@@ -54,7 +53,6 @@ def test_the_floor_stores_every_write_in_ambers_schema(
     floor = floor_app.Floor(tmp_path)
     bodies = _writes(40)
     answers = asyncio.run(_write_all(floor, bodies))
-    floor.disk.shutdown()
 
     index = sqlite3.connect(tmp_path / "index.sqlite3")
     stored = dict(index.execute("SELECT id, content_hash FROM mementos"))
