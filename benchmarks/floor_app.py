@@ -23,7 +23,6 @@ appended to one pack file and made durable by one ``fdatasync``, no file per blo
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import sqlite3
@@ -35,12 +34,12 @@ from typing import Any
 
 import blake3
 
+from archive.blobstore.local import _sync_filesystem
 from archive.index import Index
 
 DATA_DIR = Path(os.environ.get("FLOOR_DATA_DIR", "floor-data"))
 PACKED = os.environ.get("FLOOR_BLOBS", "files") == "packed"
 TENANT = "default"
-_SYNCFS = ctypes.CDLL(None, use_errno=True).syncfs
 
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (address, size, stored_at) VALUES (?, ?, ?)"
 _INSERT_MEMENTO = (
@@ -66,7 +65,8 @@ class Write:
 
 
 class Floor:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, packed: bool = False) -> None:
+        self.packed = packed
         data_dir.mkdir(parents=True, exist_ok=True)
         database = data_dir / "index.sqlite3"
         Index(f"sqlite:///{database}", durable=True).close()  # Amber's schema, migrated
@@ -79,8 +79,10 @@ class Floor:
         self.blobs = data_dir / "blobs"
         for shard in range(256):
             (self.blobs / f"{shard:02x}").mkdir(parents=True, exist_ok=True)
-        self.blobs_fd = os.open(self.blobs, os.O_RDONLY | os.O_DIRECTORY)
-        self.pack = open(data_dir / "pack", "ab")  # lives as long as the app
+        # The local store's own syncfs (Linux); the floor measures no other platform.
+        if not packed and not _sync_filesystem(str(self.blobs)):
+            raise RuntimeError("the files floor needs syncfs(2) (Linux)")
+        self.pack = open(data_dir / "pack", "ab") if packed else None  # closed by close()
         self.disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="floor-disk")
         self.queue: list[Write] = []
         self.wakeup: asyncio.Future[None] | None = None
@@ -91,12 +93,12 @@ class Floor:
             self.committer.cancel()
         self.disk.shutdown(wait=True)
         self.db.close()
-        self.pack.close()
-        os.close(self.blobs_fd)
+        if self.pack is not None:
+            self.pack.close()
 
     def stage(self, content: bytes, address: str) -> tuple[str, str]:
         final = f"{self.blobs}/{address[:2]}/{address}"
-        if PACKED:
+        if self.pack is not None:
             self.pack.write(content)
             return final, final
         temp = f"{final}.{os.getpid()}.tmp"
@@ -109,14 +111,14 @@ class Floor:
 
     def commit(self, batch: list[Write]) -> None:
         """In the disk thread: the blobs durable, then the rows, in one transaction."""
-        if PACKED:
+        if self.pack is not None:
             self.pack.flush()
             os.fdatasync(self.pack.fileno())
         else:
-            _SYNCFS(self.blobs_fd)
+            _sync_filesystem(str(self.blobs))
             for write in batch:
                 os.rename(write.temp, write.final)
-            _SYNCFS(self.blobs_fd)
+            _sync_filesystem(str(self.blobs))
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany(_INSERT_BLOB, [(w.address, w.size, w.at) for w in batch])
@@ -179,7 +181,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                _floor = Floor(DATA_DIR)
+                _floor = Floor(DATA_DIR, packed=PACKED)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if _floor is not None:

@@ -21,9 +21,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def benchmark_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
 
-    def load(name: str, **env: str) -> Any:
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
+    def load(name: str) -> Any:
         sys.modules.pop(name, None)
         return importlib.import_module(name)
 
@@ -49,8 +47,7 @@ async def _write_all(floor: Any, bodies: list[dict[str, str]]) -> list[dict[str,
 def test_the_floor_stores_every_write_in_ambers_schema(
     tmp_path: Path, benchmark_module: Any, blobs: str
 ) -> None:
-    floor_app = benchmark_module("floor_app", FLOOR_BLOBS=blobs)
-    floor = floor_app.Floor(tmp_path)
+    floor = benchmark_module("floor_app").Floor(tmp_path, packed=blobs == "packed")
     bodies = _writes(40)
     answers = asyncio.run(_write_all(floor, bodies))
 
