@@ -50,26 +50,41 @@ class ReadRecordOut(BaseModel):
 
 def _key_out(info: KeyInfo) -> dict[str, object]:
     return {
-        "key_id": info.key_id, "tenant": info.tenant, "role": info.role.value, "name": info.name,
+        "key_id": info.key_id,
+        "tenant": info.tenant,
+        "role": info.role.value,
+        "name": info.name,
         "created_at": to_rfc3339(info.created_at),
         "revoked_at": to_rfc3339(info.revoked_at) if info.revoked_at else None,
     }
 
 
-@router.post("/keys", status_code=201, response_model=IssuedKeyOut, responses=ERROR_RESPONSES,
-             summary="Create an API key in the admin's tenant")
+@router.post(
+    "/keys",
+    status_code=201,
+    response_model=IssuedKeyOut,
+    responses=ERROR_RESPONSES,
+    summary="Create an API key in the admin's tenant",
+)
 def create_key(
     body: KeyIn,
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> JSONResponse:
     issued = archive.keys.create(principal.tenant, body.role, body.name)
-    return JSONResponse({**_key_out(issued.info), "key": issued.key}, status_code=201,
-                        headers={"Cache-Control": "no-store"})
+    return JSONResponse(
+        {**_key_out(issued.info), "key": issued.key},
+        status_code=201,
+        headers={"Cache-Control": "no-store"},
+    )
 
 
-@router.get("/keys", response_model=list[KeyOut], responses=ERROR_RESPONSES,
-            summary="List the tenant's API keys (never the secrets)")
+@router.get(
+    "/keys",
+    response_model=list[KeyOut],
+    responses=ERROR_RESPONSES,
+    summary="List the tenant's API keys (never the secrets)",
+)
 def list_keys(
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
@@ -77,8 +92,12 @@ def list_keys(
     return [_key_out(k) for k in archive.keys.list(principal.tenant)]
 
 
-@router.delete("/keys/{key_id}", response_model=KeyOut, responses=ERROR_RESPONSES,
-               summary="Revoke an API key (effective immediately)")
+@router.delete(
+    "/keys/{key_id}",
+    response_model=KeyOut,
+    responses=ERROR_RESPONSES,
+    summary="Revoke an API key (effective immediately)",
+)
 def revoke_key(
     key_id: Annotated[str, Path(max_length=64)],
     principal: Annotated[Principal, Depends(admin_only)],
@@ -87,8 +106,12 @@ def revoke_key(
     return _key_out(archive.keys.revoke(key_id, tenant=principal.tenant))
 
 
-@router.get("/audit/reads", response_model=list[ReadRecordOut], responses=ERROR_RESPONSES,
-            summary="Who resolved what, when (auditors and admins are recorded)")
+@router.get(
+    "/audit/reads",
+    response_model=list[ReadRecordOut],
+    responses=ERROR_RESPONSES,
+    summary="Who resolved what, when (auditors and admins are recorded)",
+)
 def read_audit(
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
@@ -99,7 +122,13 @@ def read_audit(
     start: datetime | None = parse_rfc3339(since) if since is not None else None
     records = archive.read_audit.query(principal.tenant, since=start, limit=limit, key_id=key_id)
     return [
-        {"id": r.id, "key_id": r.key_id, "role": r.role, "action": r.action, "target": r.target,
-         "at": to_rfc3339(r.at)}
+        {
+            "id": r.id,
+            "key_id": r.key_id,
+            "role": r.role,
+            "action": r.action,
+            "target": r.target,
+            "at": to_rfc3339(r.at),
+        }
         for r in records
     ]

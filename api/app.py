@@ -77,10 +77,13 @@ def create_app(
     )
     app.state.settings = settings
     app.state.gatekeeper = Gatekeeper(
-        auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive)
+        auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive
+    )
     app.state.urls = Urls(base_url)
     app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls)
-    app.write_route = mementos.WriteRoute(app.state.gatekeeper, app.state.urls, settings.max_body_bytes)
+    app.write_route = mementos.WriteRoute(
+        app.state.gatekeeper, app.state.urls, settings.max_body_bytes
+    )
     if archive is not None:
         app.state.archive = archive
         app.memento_route.start(archive)

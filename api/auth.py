@@ -29,8 +29,11 @@ NO_AUTH_PRINCIPAL = Principal(key_id="no-auth", tenant=DEFAULT_TENANT, roles=ALL
 
 
 # auto_error=False: we answer missing/odd credentials ourselves, as a JSON 401.
-bearer_scheme = HTTPBearer(scheme_name="bearer", auto_error=False,
-                           description="An Amber API key: `Authorization: Bearer amber_…`")
+bearer_scheme = HTTPBearer(
+    scheme_name="bearer",
+    auto_error=False,
+    description="An Amber API key: `Authorization: Bearer amber_…`",
+)
 
 
 def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
@@ -101,4 +104,6 @@ def audit_read(request: Request, principal: Principal, action: str, target: str)
 def record_read(archive: Archive, principal: Principal, action: str, target: str) -> None:
     """Record a resolution by an auditor or admin (agents' hot-path reads are not audited)."""
     if principal.roles & _AUDITED and principal is not NO_AUTH_PRINCIPAL:
-        archive.read_audit.record(principal.tenant, principal.key_id, principal.role, action, target)
+        archive.read_audit.record(
+            principal.tenant, principal.key_id, principal.role, action, target
+        )

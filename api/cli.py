@@ -41,8 +41,12 @@ def _memento_summary(memento: Memento, base_url: str) -> dict[str, Any]:
     capture = shown.pop("capture")
     for link in ("timegate", "timemap", "timemap_json"):
         del shown[link]
-    return {**shown, "tool": capture["tool"], "final_url": capture["final_url"],
-            "http_status": capture["http_status"]}
+    return {
+        **shown,
+        "tool": capture["tool"],
+        "final_url": capture["final_url"],
+        "http_status": capture["http_status"],
+    }
 
 
 @contextmanager
@@ -77,10 +81,18 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
-@click.option("--workers", default=1, show_default=True, type=int,
-              help="Worker processes (PostgreSQL only; SQLite wants one writer).")
-@click.option("--insecure-no-auth", is_flag=True,
-              help="Serve without API keys (every caller is admin+agent+auditor). Loopback only.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Worker processes (PostgreSQL only; SQLite wants one writer).",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Serve without API keys (every caller is admin+agent+auditor). Loopback only.",
+)
 def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
     """Start the HTTP API.
 
@@ -100,19 +112,34 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
         settings = settings.with_overrides(public_base_url=f"http://{shown_host}:{port}")
     if insecure_no_auth:
         if host not in LOOPBACK_HOSTS:
-            raise click.ClickException("--insecure-no-auth refuses to bind to anything but loopback")
+            raise click.ClickException(
+                "--insecure-no-auth refuses to bind to anything but loopback"
+            )
         if workers > 1:
             raise click.ClickException("--insecure-no-auth runs a single worker")
-        click.secho("WARNING: authentication is OFF (--insecure-no-auth): anyone who can reach "
-                    f"{host}:{port} can read and write everything.", fg="red", bold=True, err=True)
+        click.secho(
+            "WARNING: authentication is OFF (--insecure-no-auth): anyone who can reach "
+            f"{host}:{port} can read and write everything.",
+            fg="red",
+            bold=True,
+            err=True,
+        )
     if workers > 1 and settings.resolved_database_url.startswith("sqlite"):
         raise click.ClickException("--workers > 1 needs PostgreSQL (AMBER_DATABASE_URL)")
     if not insecure_no_auth:
         _first_start_admin_key(settings)
-    click.echo(f"Amber {__version__} on http://{host}:{port} (URI-Ms under "
-               f"{settings.public_base_url}); blobs {settings.resolved_blob_store}", err=True)
-    options: dict[str, Any] = {"host": host, "port": port, "log_level": "info",
-                               "access_log": False, "timeout_graceful_shutdown": 10}
+    click.echo(
+        f"Amber {__version__} on http://{host}:{port} (URI-Ms under "
+        f"{settings.public_base_url}); blobs {settings.resolved_blob_store}",
+        err=True,
+    )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "access_log": False,
+        "timeout_graceful_shutdown": 10,
+    }
     if workers > 1:  # several processes need an import string; they read AMBER_* themselves
         import os
 
@@ -138,8 +165,12 @@ def _first_start_admin_key(settings: Settings) -> None:
         issued = archive.keys.create(DEFAULT_TENANT, Role.ADMIN, name="first-start admin")
     finally:
         archive.close()
-    click.secho("First start: created an admin key for tenant 'default'. It is shown only "
-                "this once; store it now:", fg="yellow", err=True)
+    click.secho(
+        "First start: created an admin key for tenant 'default'. It is shown only "
+        "this once; store it now:",
+        fg="yellow",
+        err=True,
+    )
     click.echo(issued.key)
     click.echo("Create agent/auditor keys with: amber keys create --role agent", err=True)
 
@@ -154,8 +185,12 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="Tenant of the key.")
-@click.option("--role", type=click.Choice([r.value for r in Role]), required=True,
-              help="agent writes and reads; auditor reads; admin manages keys and holds.")
+@click.option(
+    "--role",
+    type=click.Choice([r.value for r in Role]),
+    required=True,
+    help="agent writes and reads; auditor reads; admin manages keys and holds.",
+)
 @click.option("--name", default=None, help="A label to recognise the key by.")
 def keys_create(tenant: str, role: str, name: str | None) -> None:
     """Create a key and print it once (only its HMAC is stored).
@@ -164,8 +199,11 @@ def keys_create(tenant: str, role: str, name: str | None) -> None:
     """
     with _opened() as archive:
         issued = archive.keys.create(tenant, role, name)
-    click.echo(f"key id {issued.info.key_id}, tenant {tenant}, role {role}. "
-               "Store the key now; it is not shown again:", err=True)
+    click.echo(
+        f"key id {issued.info.key_id}, tenant {tenant}, role {role}. "
+        "Store the key now; it is not shown again:",
+        err=True,
+    )
     click.echo(issued.key)
 
 
@@ -178,11 +216,18 @@ def keys_list(tenant: str | None) -> None:
     """
     with _opened() as archive:
         for info in archive.keys.list(tenant):
-            click.echo(json.dumps({
-                "key_id": info.key_id, "tenant": info.tenant, "role": info.role.value,
-                "name": info.name, "created_at": to_rfc3339(info.created_at),
-                "revoked_at": to_rfc3339(info.revoked_at) if info.revoked_at else None,
-            }))
+            click.echo(
+                json.dumps(
+                    {
+                        "key_id": info.key_id,
+                        "tenant": info.tenant,
+                        "role": info.role.value,
+                        "name": info.name,
+                        "created_at": to_rfc3339(info.created_at),
+                        "revoked_at": to_rfc3339(info.revoked_at) if info.revoked_at else None,
+                    }
+                )
+            )
 
 
 @keys.command("revoke")
@@ -219,8 +264,12 @@ def retention_sweep(dry_run: bool, as_json: bool, batch_size: int) -> None:
 
         def progress(report: Any) -> None:
             if show:
-                click.echo(f"\r{report.evaluated} evaluated, {report.mementos_deleted} expired, "
-                           f"{report.held} held", nl=False, err=True)
+                click.echo(
+                    f"\r{report.evaluated} evaluated, {report.mementos_deleted} expired, "
+                    f"{report.held} held",
+                    nl=False,
+                    err=True,
+                )
 
         report = archive.retention.sweep(batch_size=batch_size, dry_run=dry_run, progress=progress)
         if show:
@@ -385,12 +434,20 @@ def drift() -> None:
 
 
 @drift.command("run")
-@click.option("--limit", default=None, type=click.IntRange(0), help="Check at most N due citations.")
-@click.option("--concurrency", default=None, type=click.IntRange(1),
-              help="Fetches in flight (default: [drift] concurrency).")
+@click.option(
+    "--limit", default=None, type=click.IntRange(0), help="Check at most N due citations."
+)
+@click.option(
+    "--concurrency",
+    default=None,
+    type=click.IntRange(1),
+    help="Fetches in flight (default: [drift] concurrency).",
+)
 @click.option("--tenant", default=None, help="Only this tenant's citations (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per checked citation.")
-def drift_run(limit: int | None, concurrency: int | None, tenant: str | None, as_json: bool) -> None:
+def drift_run(
+    limit: int | None, concurrency: int | None, tenant: str | None, as_json: bool
+) -> None:
     """Check the citations that are due and store one verdict per citation.
 
     Verdicts: identical, cosmetic, material, reversal, gone, soft_404, unreachable.
@@ -413,16 +470,19 @@ def drift_run(limit: int | None, concurrency: int | None, tenant: str | None, as
 
         try:
             summary = archive.drift.job().run_summary(
-                limit, concurrency, tenant=tenant, on_plan=planned, on_check=checked)
+                limit, concurrency, tenant=tenant, on_plan=planned, on_check=checked
+            )
         finally:
             if bar is not None:
                 bar.__exit__(None, None, None)
     if summary.not_checkable:
-        click.echo(f"{summary.not_checkable} citation(s) not checkable (URI-R not http/https)",
-                   err=True)
+        click.echo(
+            f"{summary.not_checkable} citation(s) not checkable (URI-R not http/https)", err=True
+        )
     if summary.failed:
-        click.echo(f"{summary.failed} citation(s) failed unexpectedly (see the log); still due",
-                   err=True)
+        click.echo(
+            f"{summary.failed} citation(s) failed unexpectedly (see the log); still due", err=True
+        )
     if as_json:
         return
     click.echo(f"{len(summary.checks)} citation(s) checked, {summary.uri_rs} URI-R(s) fetched")
@@ -434,8 +494,12 @@ def drift_run(limit: int | None, concurrency: int | None, tenant: str | None, as
 
 
 @drift.command("report")
-@click.option("--window-days", default=None, type=click.IntRange(1),
-              help="Window in days (default: [drift] window_days).")
+@click.option(
+    "--window-days",
+    default=None,
+    type=click.IntRange(1),
+    help="Window in days (default: [drift] window_days).",
+)
 @click.option("--tenant", default=DEFAULT_TENANT, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def drift_report(window_days: int | None, tenant: str, as_json: bool) -> None:
@@ -448,9 +512,21 @@ def drift_report(window_days: int | None, tenant: str, as_json: bool) -> None:
         window = window_days or archive.settings.drift.window_days
         rates = archive.drift.source_rates(tenant, window_days=window)
     if as_json:
-        _echo_json({"window_days": window, "sources": [
-            {"host": r.host, "citations_checked": r.checked, "eroded": r.eroded,
-             "rate": round(r.rate, 4), "verdicts": r.verdicts} for r in rates]})
+        _echo_json(
+            {
+                "window_days": window,
+                "sources": [
+                    {
+                        "host": r.host,
+                        "citations_checked": r.checked,
+                        "eroded": r.eroded,
+                        "rate": round(r.rate, 4),
+                        "verdicts": r.verdicts,
+                    }
+                    for r in rates
+                ],
+            }
+        )
         return
     click.echo(f"{'host':<40} {'checked':>8} {'eroded':>7} {'rate':>7}")
     for r in rates:

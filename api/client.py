@@ -120,11 +120,23 @@ SEARCH_TOOL_PREFIX = "search."
 MAX_SOURCES_PER_REQUEST = 100  # the server's limit on a request's `sources`; more go inline
 # Response headers worth keeping as capture facts (the server keeps the same set and drops
 # the rest); sending only these keeps cookies and the like off the wire.
-CAPTURE_HEADERS = frozenset({
-    "content-type", "content-language", "content-location", "content-length", "etag",
-    "last-modified", "date", "cache-control", "expires", "link", "memento-datetime",
-    "x-robots-tag", "content-disposition",
-})
+CAPTURE_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-language",
+        "content-location",
+        "content-length",
+        "etag",
+        "last-modified",
+        "date",
+        "cache-control",
+        "expires",
+        "link",
+        "memento-datetime",
+        "x-robots-tag",
+        "content-disposition",
+    }
+)
 
 
 def content_hash(data: bytes) -> str:
@@ -148,8 +160,13 @@ class AmberClientError(Exception):
     when the server answered."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, code: str | None = None,
-        detail: Mapping[str, Any] | None = None, retry_after: float | None = None,
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -180,8 +197,13 @@ class CitationRejected(InvalidRequestError):
     """
 
     def __init__(
-        self, message: str, errors: Sequence[CitationError], *, safe_text: str | None = None,
-        status: int | None = None, code: str | None = "citations_rejected",
+        self,
+        message: str,
+        errors: Sequence[CitationError],
+        *,
+        safe_text: str | None = None,
+        status: int | None = None,
+        code: str | None = "citations_rejected",
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message, status=status, code=code, detail=detail)
@@ -235,9 +257,15 @@ class EvidenceIntegrityError(AmberClientError):
 
 
 _ERROR_BY_STATUS: Mapping[int, type[AmberClientError]] = {
-    400: InvalidRequestError, 401: AuthError, 403: PermissionDeniedError, 404: NotFoundError,
-    409: ConflictError, 413: PayloadTooLargeError, 422: InvalidRequestError,
-    429: RateLimitedError, 503: ServiceUnavailableError,
+    400: InvalidRequestError,
+    401: AuthError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: InvalidRequestError,
+    429: RateLimitedError,
+    503: ServiceUnavailableError,
 }
 
 
@@ -256,8 +284,9 @@ def _error_from(response: httpx.Response) -> AmberClientError:
         errors = [CitationError.from_json(e) for e in body["errors"] if isinstance(e, dict)]
         return CitationRejected(message, errors, status=status, code=code, detail=detail)
     kind = _ERROR_BY_STATUS.get(status, ServerError if status >= 500 else AmberClientError)
-    return kind(message, status=status, code=code, detail=detail,
-                retry_after=_retry_after(response))
+    return kind(
+        message, status=status, code=code, detail=detail, retry_after=_retry_after(response)
+    )
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -297,8 +326,11 @@ class CitationError:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CitationError:
         index = data.get("index")
-        return cls(index if isinstance(index, int) else None, str(data.get("reason", "rejected")),
-                   str(data.get("detail", "")))
+        return cls(
+            index if isinstance(index, int) else None,
+            str(data.get("reason", "rejected")),
+            str(data.get("detail", "")),
+        )
 
     def describe(self) -> str:
         where = "answer" if self.index is None else f"citation {self.index + 1}"
@@ -333,16 +365,25 @@ class CitationRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CitationRecord:
         return cls(
-            id=data["id"], uri_m=data["uri_m"], uri_r=data["uri_r"],
+            id=data["id"],
+            uri_m=data["uri_m"],
+            uri_r=data["uri_r"],
             memento_datetime=datetime.fromisoformat(data["memento_datetime"]),
-            passage_hash=data["passage_hash"], document_hash=data["document_hash"],
-            document_uri_m=data.get("document_uri_m"), quote_hash=data["quote_hash"],
-            robust_link=data["robust_link"], text_fragment_url=data.get("text_fragment_url"),
-            selector=tuple(data.get("selector") or ()), extractor=data["extractor"],
-            extractor_version=data["extractor_version"], normalisation=data["normalisation"],
-            match_method=data["match_method"], run_id=data.get("run_id"),
+            passage_hash=data["passage_hash"],
+            document_hash=data["document_hash"],
+            document_uri_m=data.get("document_uri_m"),
+            quote_hash=data["quote_hash"],
+            robust_link=data["robust_link"],
+            text_fragment_url=data.get("text_fragment_url"),
+            selector=tuple(data.get("selector") or ()),
+            extractor=data["extractor"],
+            extractor_version=data["extractor_version"],
+            normalisation=data["normalisation"],
+            match_method=data["match_method"],
+            run_id=data.get("run_id"),
             source_ids=tuple(data.get("source_ids") or ()),
-            created_at=datetime.fromisoformat(data["created_at"]), raw=dict(data),
+            created_at=datetime.fromisoformat(data["created_at"]),
+            raw=dict(data),
         )
 
     @property
@@ -375,10 +416,13 @@ class Transcript:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Transcript:
         return cls(
-            id=data["id"], created_at=datetime.fromisoformat(data["created_at"]),
-            updated_at=datetime.fromisoformat(data["updated_at"]), retention=data["retention"],
+            id=data["id"],
+            created_at=datetime.fromisoformat(data["created_at"]),
+            updated_at=datetime.fromisoformat(data["updated_at"]),
+            retention=data["retention"],
             retain_until=datetime.fromisoformat(data["retain_until"]),
-            labels=dict(data.get("labels") or {}), legal_hold=bool(data.get("legal_hold")),
+            labels=dict(data.get("labels") or {}),
+            legal_hold=bool(data.get("legal_hold")),
             citations=tuple(CitationRecord.from_json(c) for c in data.get("citations") or ()),
         )
 
@@ -406,14 +450,22 @@ class MementoInfo:
     def from_json(cls, data: Mapping[str, Any]) -> MementoInfo:
         capture = data.get("capture") or {}
         return cls(
-            id=data["id"], uri_r=data["uri_r"], uri_m=data["uri_m"],
+            id=data["id"],
+            uri_r=data["uri_r"],
+            uri_m=data["uri_m"],
             memento_datetime=datetime.fromisoformat(data["memento_datetime"]),
             archived_at=datetime.fromisoformat(data["archived_at"]),
-            content_hash=data["content_hash"], content_type=data["content_type"],
-            size=int(data["size"]), scope=data["scope"], tool=capture.get("tool"),
-            final_url=capture.get("final_url"), http_status=capture.get("http_status"),
-            headers=dict(capture.get("headers") or {}), timegate=data["timegate"],
-            timemap=data["timemap"], timemap_json=data["timemap_json"],
+            content_hash=data["content_hash"],
+            content_type=data["content_type"],
+            size=int(data["size"]),
+            scope=data["scope"],
+            tool=capture.get("tool"),
+            final_url=capture.get("final_url"),
+            http_status=capture.get("http_status"),
+            headers=dict(capture.get("headers") or {}),
+            timegate=data["timegate"],
+            timemap=data["timemap"],
+            timemap_json=data["timemap_json"],
         )
 
 
@@ -474,7 +526,9 @@ class RetryPolicy:
 
 
 _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
-    httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError,
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
 )
 
 
@@ -494,8 +548,13 @@ class _Call(Generic[T]):
 class _Core:
     """What both clients share: base URL, credentials, retry policy, and every call."""
 
-    def __init__(self, base_url: str, api_key: str | None, retry: RetryPolicy,
-                 headers: Mapping[str, str] | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        retry: RetryPolicy,
+        headers: Mapping[str, str] | None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retry = retry
         self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
@@ -505,8 +564,9 @@ class _Core:
     # -- running ------------------------------------------------------------------------
 
     def request(self, http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
-        return http.build_request(call.method, call.url, content=call.body,
-                                  headers={**self.headers, **call.headers})
+        return http.build_request(
+            call.method, call.url, content=call.body, headers={**self.headers, **call.headers}
+        )
 
     def delay_after_error(self, call: _Call[Any], attempt: int, error: Exception) -> float:
         retryable = call.idempotent and isinstance(error, _RETRYABLE_ERRORS)
@@ -518,8 +578,9 @@ class _Core:
             ) from error
         return delay
 
-    def delay_after_response(self, call: _Call[Any], attempt: int,
-                             response: httpx.Response) -> float | None:
+    def delay_after_response(
+        self, call: _Call[Any], attempt: int, response: httpx.Response
+    ) -> float | None:
         if not call.idempotent or response.status_code not in self.retry.retry_statuses:
             return None
         return self.retry.delay(attempt, _retry_after(response))
@@ -535,9 +596,15 @@ class _Core:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def json_call(self, method: str, path: str, payload: Mapping[str, Any],
-                  parse: Callable[[httpx.Response], T], ok: Iterable[int],
-                  idempotency_key: str | None = None) -> _Call[T]:
+    def json_call(
+        self,
+        method: str,
+        path: str,
+        payload: Mapping[str, Any],
+        parse: Callable[[httpx.Response], T],
+        ok: Iterable[int],
+        idempotency_key: str | None = None,
+    ) -> _Call[T]:
         # Serialised once: every retry sends the very same bytes (the server keys its
         # idempotency record on the body's hash).
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -546,39 +613,75 @@ class _Core:
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
         return _Call(method, self.url(path), parse, frozenset(ok), body, headers)
 
-    def put_transcript(self, transcript_id: str, retention: str | datetime | None,
-                       labels: Mapping[str, str] | None) -> _Call[Transcript]:
+    def put_transcript(
+        self, transcript_id: str, retention: str | datetime | None, labels: Mapping[str, str] | None
+    ) -> _Call[Transcript]:
         payload: dict[str, Any] = {"labels": dict(labels or {})}
         if isinstance(retention, datetime):
             payload["retention"] = {"retain_until": _rfc3339(retention)}
         elif retention is not None:
             payload["retention"] = retention
-        return self.json_call("PUT", _transcript_path(transcript_id), payload,
-                              _parse_json(Transcript.from_json), (200, 201))
+        return self.json_call(
+            "PUT",
+            _transcript_path(transcript_id),
+            payload,
+            _parse_json(Transcript.from_json),
+            (200, 201),
+        )
 
     def get_transcript(self, transcript_id: str) -> _Call[Transcript]:
-        return _Call("GET", self.url(_transcript_path(transcript_id)),
-                     _parse_json(Transcript.from_json))
+        return _Call(
+            "GET", self.url(_transcript_path(transcript_id)), _parse_json(Transcript.from_json)
+        )
 
     def write_memento(
-        self, uri_r: str, content: bytes | str, content_type: str, *,
-        captured_at: datetime | None, scope: str, tool: str | None, final_url: str | None,
-        http_status: int | None, headers: Mapping[str, str] | None, idempotency_key: str | None,
+        self,
+        uri_r: str,
+        content: bytes | str,
+        content_type: str,
+        *,
+        captured_at: datetime | None,
+        scope: str,
+        tool: str | None,
+        final_url: str | None,
+        http_status: int | None,
+        headers: Mapping[str, str] | None,
+        idempotency_key: str | None,
     ) -> _Call[MementoInfo]:
-        payload: dict[str, Any] = {"uri_r": uri_r, "content_type": content_type, "scope": scope,
-                                   **_content_fields(content)}
-        optional = {"captured_at": _rfc3339(captured_at) if captured_at else None, "tool": tool,
-                    "final_url": final_url, "http_status": http_status}
+        payload: dict[str, Any] = {
+            "uri_r": uri_r,
+            "content_type": content_type,
+            "scope": scope,
+            **_content_fields(content),
+        }
+        optional = {
+            "captured_at": _rfc3339(captured_at) if captured_at else None,
+            "tool": tool,
+            "final_url": final_url,
+            "http_status": http_status,
+        }
         payload.update({k: v for k, v in optional.items() if v is not None})
         if headers:
             payload["headers"] = _capture_headers(headers)
-        return self.json_call("POST", "/api/v1/mementos", payload,
-                              _parse_json(MementoInfo.from_json), (200, 201), idempotency_key)
+        return self.json_call(
+            "POST",
+            "/api/v1/mementos",
+            payload,
+            _parse_json(MementoInfo.from_json),
+            (200, 201),
+            idempotency_key,
+        )
 
-    def cite(self, transcript_id: str, citations: Sequence[Mapping[str, Any]], *,
-             fail_closed: bool | None, run_id: str | None,
-             idempotency_key: str | None,
-             sources: Mapping[str, Mapping[str, Any]] | None = None) -> _Call[CiteResult]:
+    def cite(
+        self,
+        transcript_id: str,
+        citations: Sequence[Mapping[str, Any]],
+        *,
+        fail_closed: bool | None,
+        run_id: str | None,
+        idempotency_key: str | None,
+        sources: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> _Call[CiteResult]:
         payload: dict[str, Any] = {"citations": [dict(c) for c in citations]}
         if sources:
             payload["sources"] = {ref: dict(source) for ref, source in sources.items()}
@@ -586,17 +689,30 @@ class _Core:
             payload["fail_closed"] = fail_closed
         if run_id is not None:
             payload["run_id"] = run_id
-        return self.json_call("POST", _transcript_path(transcript_id) + "/citations", payload,
-                              _parse_cite, (200, 201), idempotency_key)
+        return self.json_call(
+            "POST",
+            _transcript_path(transcript_id) + "/citations",
+            payload,
+            _parse_cite,
+            (200, 201),
+            idempotency_key,
+        )
 
     def get_memento(self, ref: str) -> _Call[MementoInfo]:
-        return _Call("GET", self.url(f"/api/v1/mementos/{_memento_id(ref)}"),
-                     _parse_json(MementoInfo.from_json))
+        return _Call(
+            "GET",
+            self.url(f"/api/v1/mementos/{_memento_id(ref)}"),
+            _parse_json(MementoInfo.from_json),
+        )
 
     def fetch_memento(self, ref: str, verify: bool) -> _Call[MementoContent]:
         memento_id = _memento_id(ref)
-        return _Call("GET", self.url(f"/memento/{memento_id}"),
-                     functools.partial(_parse_content, memento_id, verify), headers={"Accept": "*/*"})
+        return _Call(
+            "GET",
+            self.url(f"/memento/{memento_id}"),
+            functools.partial(_parse_content, memento_id, verify),
+            headers={"Accept": "*/*"},
+        )
 
     def timegate(self, uri_r: str, at: datetime | None) -> _Call[TimeGateResult]:
         headers = {"Accept": "*/*"}
@@ -605,8 +721,13 @@ class _Core:
                 raise ValueError("the TimeGate datetime must be timezone-aware")
             headers["Accept-Datetime"] = format_datetime(at.astimezone(UTC), usegmt=True)
         # The URI-R goes raw at the end of the path, query string included (DESIGN.md).
-        return _Call("GET", self.url("/timegate/" + uri_r),
-                     functools.partial(_parse_timegate, uri_r), frozenset({302}), headers=headers)
+        return _Call(
+            "GET",
+            self.url("/timegate/" + uri_r),
+            functools.partial(_parse_timegate, uri_r),
+            frozenset({302}),
+            headers=headers,
+        )
 
 
 def _transcript_path(transcript_id: str) -> str:
@@ -664,10 +785,13 @@ def _parse_content(memento_id: str, verify: bool, response: httpx.Response) -> M
         )
     moment = response.headers.get("memento-datetime")
     return MementoContent(
-        memento_id=memento_id, uri_m=str(response.request.url), content=response.content,
+        memento_id=memento_id,
+        uri_m=str(response.request.url),
+        content=response.content,
         content_type=response.headers.get("content-type", "application/octet-stream"),
         memento_datetime=parsedate_to_datetime(moment) if moment else None,
-        content_hash=claimed, verified=verify and claimed is not None,
+        content_hash=claimed,
+        verified=verify and claimed is not None,
         link=response.headers.get("link", ""),
     )
 
@@ -711,10 +835,13 @@ class ToolResult:
         # The request URL as asked; after redirects httpx's request is the final one.
         first = response.history[0].request.url if response.history else response.request.url
         return cls(
-            url=str(first), body=response.content,
+            url=str(first),
+            body=response.content,
             content_type=response.headers.get("content-type", "application/octet-stream"),
-            status=response.status_code, headers=dict(response.headers),
-            final_url=str(response.url), title=title,
+            status=response.status_code,
+            headers=dict(response.headers),
+            final_url=str(response.url),
+            title=title,
         )
 
     @classmethod
@@ -728,7 +855,8 @@ class ToolResult:
             body=body if isinstance(body, bytes) else b"",
             content_type=str(data.get("content_type") or "application/octet-stream"),
             status=data.get("status", data.get("http_status", 200)),
-            headers=dict(data.get("headers") or {}), final_url=data.get("final_url"),
+            headers=dict(data.get("headers") or {}),
+            final_url=data.get("final_url"),
             title=data.get("title"),
             fetched_at=datetime.fromisoformat(fetched) if isinstance(fetched, str) else fetched,
         )
@@ -742,9 +870,22 @@ class ToolResult:
         if isinstance(output, Mapping):
             return cls.from_mapping(output)
         if hasattr(output, "url") and hasattr(output, "body"):
-            return cls.from_mapping({name: getattr(output, name) for name in (
-                "url", "body", "content_type", "status", "headers", "final_url", "title",
-                "fetched_at") if getattr(output, name, None) is not None})
+            return cls.from_mapping(
+                {
+                    name: getattr(output, name)
+                    for name in (
+                        "url",
+                        "body",
+                        "content_type",
+                        "status",
+                        "headers",
+                        "final_url",
+                        "title",
+                        "fetched_at",
+                    )
+                    if getattr(output, name, None) is not None
+                }
+            )
         raise TypeError(
             f"a wrapped fetch tool must return ToolResult, httpx.Response or a mapping with "
             f"url/body/content_type, not {type(output).__name__}"
@@ -766,9 +907,14 @@ class SearchHit:
         if isinstance(output, ToolResult):
             return cls(output.url, output.title, _decode(output.body, output.content_type))
         if isinstance(output, Mapping):
-            return cls(str(output.get("url") or output.get("uri")), output.get("title"),
-                       str(output.get("snippet") or output.get("text") or ""))
-        raise TypeError(f"a wrapped search tool must yield SearchHit or mappings, not {type(output).__name__}")
+            return cls(
+                str(output.get("url") or output.get("uri")),
+                output.get("title"),
+                str(output.get("snippet") or output.get("text") or ""),
+            )
+        raise TypeError(
+            f"a wrapped search tool must yield SearchHit or mappings, not {type(output).__name__}"
+        )
 
 
 @dataclass(frozen=True)
@@ -807,8 +953,11 @@ class Source:
     def wire_source(self) -> dict[str, Any]:
         """The inline ``source`` of a citation: the bytes as fetched, with the capture facts."""
         wire: dict[str, Any] = {
-            "uri_r": self.uri, **_content_fields(self.body), "content_type": self.content_type,
-            "captured_at": _rfc3339(self.fetched_at), "tool": self.tool,
+            "uri_r": self.uri,
+            **_content_fields(self.body),
+            "content_type": self.content_type,
+            "captured_at": _rfc3339(self.fetched_at),
+            "tool": self.tool,
         }
         if self.final_url and self.final_url != self.uri:
             wire["final_url"] = self.final_url
@@ -835,8 +984,12 @@ class EvidenceLocker:
     Thread-safe. ``clock`` (default: now, UTC) stamps outputs that carry no fetch time.
     """
 
-    def __init__(self, *, evidence_tools: Iterable[str] = DEFAULT_EVIDENCE_TOOLS,
-                 clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        evidence_tools: Iterable[str] = DEFAULT_EVIDENCE_TOOLS,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.evidence_tools = frozenset(evidence_tools)
         self._clock = clock or (lambda: datetime.now(UTC))
         self._sources: dict[str, Source] = {}
@@ -846,6 +999,7 @@ class EvidenceLocker:
 
     def wrap_tool(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 return self.record_output(name, await fn(*args, **kwargs))
@@ -877,9 +1031,17 @@ class EvidenceLocker:
         evidence = tool in self.evidence_tools and not tool.startswith(SEARCH_TOOL_PREFIX)
         source = Source(
             source_id=_source_id("ev" if evidence else "nx", tool, result.url, digest, fetched_at),
-            tool=tool, uri=result.url, content_hash=digest, fetched_at=fetched_at,
-            content_type=result.content_type, body=body, title=title, status=result.status,
-            final_url=result.final_url, headers=dict(result.headers), is_evidence=evidence,
+            tool=tool,
+            uri=result.url,
+            content_hash=digest,
+            fetched_at=fetched_at,
+            content_type=result.content_type,
+            body=body,
+            title=title,
+            status=result.status,
+            final_url=result.final_url,
+            headers=dict(result.headers),
+            is_evidence=evidence,
         )
         return self._file(source)
 
@@ -889,12 +1051,22 @@ class EvidenceLocker:
         for hit in map(SearchHit.coerce, hits):
             body = hit.snippet.encode("utf-8")
             digest = content_hash(body)
-            recorded.append(self._file(Source(
-                source_id=_source_id("sr", tool, hit.url, digest, fetched_at), tool=tool,
-                uri=hit.url, content_hash=digest, fetched_at=fetched_at,
-                content_type="text/plain; charset=utf-8", body=body, title=hit.title,
-                status=None, is_evidence=False,
-            )))
+            recorded.append(
+                self._file(
+                    Source(
+                        source_id=_source_id("sr", tool, hit.url, digest, fetched_at),
+                        tool=tool,
+                        uri=hit.url,
+                        content_hash=digest,
+                        fetched_at=fetched_at,
+                        content_type="text/plain; charset=utf-8",
+                        body=body,
+                        title=hit.title,
+                        status=None,
+                        is_evidence=False,
+                    )
+                )
+            )
         return tuple(recorded)
 
     def _file(self, source: Source) -> Source:
@@ -976,10 +1148,20 @@ class Claim:
             return item
         quote = item.get("quote")
         if isinstance(quote, Mapping):  # the wire shape {"exact", "prefix", …}
-            return cls(str(item.get("source_id")), str(quote.get("exact", "")), quote.get("prefix"),
-                       quote.get("suffix"), quote.get("position"))
-        return cls(str(item.get("source_id")), str(quote or ""), item.get("prefix"),
-                   item.get("suffix"), item.get("position"))
+            return cls(
+                str(item.get("source_id")),
+                str(quote.get("exact", "")),
+                quote.get("prefix"),
+                quote.get("suffix"),
+                quote.get("position"),
+            )
+        return cls(
+            str(item.get("source_id")),
+            str(quote or ""),
+            item.get("prefix"),
+            item.get("suffix"),
+            item.get("position"),
+        )
 
     def wire_quote(self) -> dict[str, Any]:
         quote: dict[str, Any] = {"exact": self.quote}
@@ -1034,16 +1216,18 @@ class CitedAnswer:
         lines = [self.text, "", "Sources:"]
         for number, c in enumerate(self.citations, 1):
             when = c.memento_datetime.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-            lines.append(f"[{number}] “{c.exact or ''}” — archived {when}: {c.uri_m} "
-                         f"(original: {c.uri_r})")
+            lines.append(
+                f"[{number}] “{c.exact or ''}” — archived {when}: {c.uri_m} (original: {c.uri_r})"
+            )
         return "\n".join(lines)
 
     def render_html(self) -> str:
         """The text and an ordered list of Robust Links (data-versionurl = the URI-M)."""
-        items = "".join(f"<li><q>{html.escape(c.exact or '')}</q> {c.robust_link}</li>"
-                        for c in self.citations)
+        items = "".join(
+            f"<li><q>{html.escape(c.exact or '')}</q> {c.robust_link}</li>" for c in self.citations
+        )
         body = "".join(f"<p>{html.escape(p)}</p>" for p in self.text.split("\n\n"))
-        return body + (f"<ol class=\"amber-sources\">{items}</ol>" if items else "")
+        return body + (f'<ol class="amber-sources">{items}</ol>' if items else "")
 
 
 def safe_answer(errors: Sequence[CitationError]) -> str:
@@ -1067,9 +1251,19 @@ class _AnswerPlan:
     call: _Call[CiteResult] | None  # None: decided without asking the server
 
     @classmethod
-    def make(cls, core: _Core, transcript_id: str, answer: Answer | Mapping[str, Any],
-             locker: EvidenceLocker, *, mode: Mode, required: bool, keep_valid: bool,
-             run_id: str | None, idempotency_key: str | None) -> _AnswerPlan:
+    def make(
+        cls,
+        core: _Core,
+        transcript_id: str,
+        answer: Answer | Mapping[str, Any],
+        locker: EvidenceLocker,
+        *,
+        mode: Mode,
+        required: bool,
+        keep_valid: bool,
+        run_id: str | None,
+        idempotency_key: str | None,
+    ) -> _AnswerPlan:
         if mode not in ("fail_closed", "degrade"):
             raise ValueError("mode is 'fail_closed' or 'degrade'")
         answer = Answer.coerce(answer)
@@ -1079,9 +1273,14 @@ class _AnswerPlan:
         for index, claim in enumerate(answer.citations):
             source = locker.get(claim.source_id)
             if source is None:
-                errors.append(CitationError(index, "unknown_evidence",
-                                            "no wrapped tool captured this source_id",
-                                            claim.source_id))
+                errors.append(
+                    CitationError(
+                        index,
+                        "unknown_evidence",
+                        "no wrapped tool captured this source_id",
+                        claim.source_id,
+                    )
+                )
                 continue
             sent.append(index)
             # Each captured document travels once, in `sources`, however often it is cited.
@@ -1093,10 +1292,26 @@ class _AnswerPlan:
             wire.append({**evidence, "source_id": source.source_id, "quote": claim.wire_quote()})
         call = None
         if wire and (keep_valid or not errors):
-            call = core.cite(transcript_id, wire, fail_closed=not keep_valid, run_id=run_id,
-                             idempotency_key=idempotency_key, sources=shared)
-        return cls(transcript_id, answer, mode, required, keep_valid, run_id, locker,
-                   tuple(sent), tuple(errors), call)
+            call = core.cite(
+                transcript_id,
+                wire,
+                fail_closed=not keep_valid,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+                sources=shared,
+            )
+        return cls(
+            transcript_id,
+            answer,
+            mode,
+            required,
+            keep_valid,
+            run_id,
+            locker,
+            tuple(sent),
+            tuple(errors),
+            call,
+        )
 
     def conclude(self, outcome: CiteResult | CitationRejected | None) -> CitedAnswer:
         errors = list(self.client_errors)
@@ -1109,27 +1324,42 @@ class _AnswerPlan:
             self._check_hashes(citations)
         errors.sort(key=lambda e: -1 if e.index is None else e.index)
         if not self.answer.citations and self.required:
-            errors.append(CitationError(None, "no_citations",
-                                        "the answer cites nothing and citations are required"))
+            errors.append(
+                CitationError(
+                    None, "no_citations", "the answer cites nothing and citations are required"
+                )
+            )
         failed = (bool(errors) and not self.keep_valid) or (self.required and not citations)
         if not failed:
-            return CitedAnswer(self.answer.text, citations, tuple(errors), False,
-                               self.answer.text, self.transcript_id, self.run_id)
+            return CitedAnswer(
+                self.answer.text,
+                citations,
+                tuple(errors),
+                False,
+                self.answer.text,
+                self.transcript_id,
+                self.run_id,
+            )
         safe = safe_answer(errors)
         if self.mode == "fail_closed":
-            raise CitationRejected(f"{len(errors)} citation problem(s); nothing was stored",
-                                   errors, safe_text=safe,
-                                   status=outcome.status if isinstance(outcome, CitationRejected) else None)
-        return CitedAnswer(safe, (), tuple(errors), True, self.answer.text, self.transcript_id,
-                           self.run_id)
+            raise CitationRejected(
+                f"{len(errors)} citation problem(s); nothing was stored",
+                errors,
+                safe_text=safe,
+                status=outcome.status if isinstance(outcome, CitationRejected) else None,
+            )
+        return CitedAnswer(
+            safe, (), tuple(errors), True, self.answer.text, self.transcript_id, self.run_id
+        )
 
     def _remap(self, error: CitationError) -> CitationError:
         """Server indices count the citations sent; map them back to the answer's."""
         if error.index is None or not 0 <= error.index < len(self.sent):
             return error
         index = self.sent[error.index]
-        return CitationError(index, error.reason, error.detail,
-                             self.answer.citations[index].source_id)
+        return CitationError(
+            index, error.reason, error.detail, self.answer.citations[index].source_id
+        )
 
     def _check_hashes(self, citations: Sequence[CitationRecord]) -> None:
         for citation in citations:
@@ -1156,21 +1386,29 @@ class AmberClient:
     """
 
     def __init__(
-        self, base_url: str, api_key: str | None = None, *, timeout: float = 30.0,
-        retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None, http_client: httpx.Client | None = None,
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        http_client: httpx.Client | None = None,
     ) -> None:
         self._core = _Core(base_url, api_key, retry or RetryPolicy(), headers)
         self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(timeout=timeout, transport=transport,
-                                                 trust_env=False)
+        self._http = http_client or httpx.Client(
+            timeout=timeout, transport=transport, trust_env=False
+        )
 
     def _run(self, call: _Call[T]) -> T:
         attempt = 0
         while True:
             try:
-                response = self._http.send(self._core.request(self._http, call),
-                                           follow_redirects=False)
+                response = self._http.send(
+                    self._core.request(self._http, call), follow_redirects=False
+                )
             except httpx.TransportError as error:
                 delay = self._core.delay_after_error(call, attempt, error)
             else:
@@ -1184,8 +1422,13 @@ class AmberClient:
 
     # -- transcripts and citations ------------------------------------------------------
 
-    def put_transcript(self, transcript_id: str, *, retention: str | datetime | None = None,
-                       labels: Mapping[str, str] | None = None) -> Transcript:
+    def put_transcript(
+        self,
+        transcript_id: str,
+        *,
+        retention: str | datetime | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Transcript:
         """Create or update a transcript; ``retention`` a policy name (``"regulated"``), an
         ISO 8601 duration (``"P7Y"``) or an aware datetime (retain until)."""
         return self._run(self._core.put_transcript(transcript_id, retention, labels))
@@ -1193,23 +1436,51 @@ class AmberClient:
     def get_transcript(self, transcript_id: str) -> Transcript:
         return self._run(self._core.get_transcript(transcript_id))
 
-    def cite(self, transcript_id: str, citations: Sequence[Mapping[str, Any]], *,
-             fail_closed: bool | None = None, run_id: str | None = None,
-             idempotency_key: str | None = None) -> CiteResult:
+    def cite(
+        self,
+        transcript_id: str,
+        citations: Sequence[Mapping[str, Any]],
+        *,
+        fail_closed: bool | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> CiteResult:
         """POST citations in the wire shape (``{"memento_id"|"source", "quote", …}``).
         Raises :class:`CitationRejected` on a 422."""
-        return self._run(self._core.cite(transcript_id, citations, fail_closed=fail_closed,
-                                         run_id=run_id, idempotency_key=idempotency_key))
+        return self._run(
+            self._core.cite(
+                transcript_id,
+                citations,
+                fail_closed=fail_closed,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     def cite_answer(
-        self, transcript_id: str, answer: Answer | Mapping[str, Any], locker: EvidenceLocker,
-        *, mode: Mode = "fail_closed", required: bool = True, keep_valid: bool = False,
-        run_id: str | None = None, idempotency_key: str | None = None,
+        self,
+        transcript_id: str,
+        answer: Answer | Mapping[str, Any],
+        locker: EvidenceLocker,
+        *,
+        mode: Mode = "fail_closed",
+        required: bool = True,
+        keep_valid: bool = False,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CitedAnswer:
         """Cite an answer's claims from the locker's captured sources (see the module doc)."""
-        plan = _AnswerPlan.make(self._core, transcript_id, answer, locker, mode=mode,
-                                required=required, keep_valid=keep_valid, run_id=run_id,
-                                idempotency_key=idempotency_key)
+        plan = _AnswerPlan.make(
+            self._core,
+            transcript_id,
+            answer,
+            locker,
+            mode=mode,
+            required=required,
+            keep_valid=keep_valid,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
         if plan.call is None:
             return plan.conclude(None)
         try:
@@ -1223,16 +1494,34 @@ class AmberClient:
     # -- mementos and time travel -------------------------------------------------------
 
     def write_memento(
-        self, uri_r: str, content: bytes | str, content_type: str, *,
-        captured_at: datetime | None = None, scope: str = "document", tool: str | None = None,
-        final_url: str | None = None, http_status: int | None = None,
-        headers: Mapping[str, str] | None = None, idempotency_key: str | None = None,
+        self,
+        uri_r: str,
+        content: bytes | str,
+        content_type: str,
+        *,
+        captured_at: datetime | None = None,
+        scope: str = "document",
+        tool: str | None = None,
+        final_url: str | None = None,
+        http_status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> MementoInfo:
         """Store a memento (``bytes`` arrive byte for byte: as text when UTF-8, else base64)."""
-        return self._run(self._core.write_memento(
-            uri_r, content, content_type, captured_at=captured_at, scope=scope, tool=tool,
-            final_url=final_url, http_status=http_status, headers=headers,
-            idempotency_key=idempotency_key))
+        return self._run(
+            self._core.write_memento(
+                uri_r,
+                content,
+                content_type,
+                captured_at=captured_at,
+                scope=scope,
+                tool=tool,
+                final_url=final_url,
+                http_status=http_status,
+                headers=headers,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     def get_memento(self, memento: str) -> MementoInfo:
         """Metadata of a memento, by id or URI-M."""
@@ -1263,22 +1552,29 @@ class AsyncAmberClient:
     """The asyncio twin of :class:`AmberClient`: the same methods, awaited."""
 
     def __init__(
-        self, base_url: str, api_key: str | None = None, *, timeout: float = 30.0,
-        retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self._core = _Core(base_url, api_key, retry or RetryPolicy(), headers)
         self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(timeout=timeout, transport=transport,
-                                                      trust_env=False)
+        self._http = http_client or httpx.AsyncClient(
+            timeout=timeout, transport=transport, trust_env=False
+        )
 
     async def _run(self, call: _Call[T]) -> T:
         attempt = 0
         while True:
             try:
-                response = await self._http.send(self._core.request(self._http, call),
-                                                 follow_redirects=False)
+                response = await self._http.send(
+                    self._core.request(self._http, call), follow_redirects=False
+                )
             except httpx.TransportError as error:
                 delay = self._core.delay_after_error(call, attempt, error)
             else:
@@ -1290,27 +1586,60 @@ class AsyncAmberClient:
             await asyncio.sleep(delay)
             attempt += 1
 
-    async def put_transcript(self, transcript_id: str, *, retention: str | datetime | None = None,
-                             labels: Mapping[str, str] | None = None) -> Transcript:
+    async def put_transcript(
+        self,
+        transcript_id: str,
+        *,
+        retention: str | datetime | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Transcript:
         return await self._run(self._core.put_transcript(transcript_id, retention, labels))
 
     async def get_transcript(self, transcript_id: str) -> Transcript:
         return await self._run(self._core.get_transcript(transcript_id))
 
-    async def cite(self, transcript_id: str, citations: Sequence[Mapping[str, Any]], *,
-                   fail_closed: bool | None = None, run_id: str | None = None,
-                   idempotency_key: str | None = None) -> CiteResult:
-        return await self._run(self._core.cite(transcript_id, citations, fail_closed=fail_closed,
-                                               run_id=run_id, idempotency_key=idempotency_key))
+    async def cite(
+        self,
+        transcript_id: str,
+        citations: Sequence[Mapping[str, Any]],
+        *,
+        fail_closed: bool | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> CiteResult:
+        return await self._run(
+            self._core.cite(
+                transcript_id,
+                citations,
+                fail_closed=fail_closed,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     async def cite_answer(
-        self, transcript_id: str, answer: Answer | Mapping[str, Any], locker: EvidenceLocker,
-        *, mode: Mode = "fail_closed", required: bool = True, keep_valid: bool = False,
-        run_id: str | None = None, idempotency_key: str | None = None,
+        self,
+        transcript_id: str,
+        answer: Answer | Mapping[str, Any],
+        locker: EvidenceLocker,
+        *,
+        mode: Mode = "fail_closed",
+        required: bool = True,
+        keep_valid: bool = False,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CitedAnswer:
-        plan = _AnswerPlan.make(self._core, transcript_id, answer, locker, mode=mode,
-                                required=required, keep_valid=keep_valid, run_id=run_id,
-                                idempotency_key=idempotency_key)
+        plan = _AnswerPlan.make(
+            self._core,
+            transcript_id,
+            answer,
+            locker,
+            mode=mode,
+            required=required,
+            keep_valid=keep_valid,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
         if plan.call is None:
             return plan.conclude(None)
         try:
@@ -1322,15 +1651,33 @@ class AsyncAmberClient:
     verify_citations = cite_answer
 
     async def write_memento(
-        self, uri_r: str, content: bytes | str, content_type: str, *,
-        captured_at: datetime | None = None, scope: str = "document", tool: str | None = None,
-        final_url: str | None = None, http_status: int | None = None,
-        headers: Mapping[str, str] | None = None, idempotency_key: str | None = None,
+        self,
+        uri_r: str,
+        content: bytes | str,
+        content_type: str,
+        *,
+        captured_at: datetime | None = None,
+        scope: str = "document",
+        tool: str | None = None,
+        final_url: str | None = None,
+        http_status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> MementoInfo:
-        return await self._run(self._core.write_memento(
-            uri_r, content, content_type, captured_at=captured_at, scope=scope, tool=tool,
-            final_url=final_url, http_status=http_status, headers=headers,
-            idempotency_key=idempotency_key))
+        return await self._run(
+            self._core.write_memento(
+                uri_r,
+                content,
+                content_type,
+                captured_at=captured_at,
+                scope=scope,
+                tool=tool,
+                final_url=final_url,
+                http_status=http_status,
+                headers=headers,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     async def get_memento(self, memento: str) -> MementoInfo:
         return await self._run(self._core.get_memento(memento))
@@ -1350,4 +1697,3 @@ class AsyncAmberClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-

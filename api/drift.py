@@ -20,8 +20,9 @@ router = APIRouter(tags=["drift"])
 readers = require(*READERS)
 reviewers = require(Role.AUDITOR, Role.ADMIN)
 
-VerdictName = Literal["identical", "cosmetic", "material", "reversal", "gone", "soft_404",
-                      "unreachable"]
+VerdictName = Literal[
+    "identical", "cosmetic", "material", "reversal", "gone", "soft_404", "unreachable"
+]
 TranscriptId = Annotated[str, Path(max_length=128, description="Your id for the conversation.")]
 
 
@@ -87,7 +88,9 @@ class SourceDriftOut(BaseModel):
     host: str
     window_days: int
     citations_checked: int = Field(description="Citations with a conclusive check in the window.")
-    eroded: int = Field(description="… whose latest verdict is material, reversal, gone or soft_404.")
+    eroded: int = Field(
+        description="… whose latest verdict is material, reversal, gone or soft_404."
+    )
     rate: float = Field(ge=0, le=1)
     verdicts: dict[str, int]
 
@@ -131,8 +134,9 @@ def _optional_time(value: Any) -> str | None:
 def render_check(check: CheckRecord, urls: Urls) -> dict[str, Any]:
     body = check.as_json()
     body["diff"] = check.diff
-    body["new_passage_uri_m"] = (urls.memento(check.new_passage_memento_id)
-                                 if check.new_passage_memento_id else None)
+    body["new_passage_uri_m"] = (
+        urls.memento(check.new_passage_memento_id) if check.new_passage_memento_id else None
+    )
     return body
 
 
@@ -140,25 +144,37 @@ def render_summary(check: CheckRecord | None, urls: Urls) -> dict[str, Any] | No
     if check is None:
         return None
     return {
-        "verdict": check.verdict, "checked_at": to_rfc3339(check.checked_at),
-        "redirected_to": check.redirected_to, "http_status": check.http_status,
-        "new_passage_uri_m": (urls.memento(check.new_passage_memento_id)
-                              if check.new_passage_memento_id else None),
+        "verdict": check.verdict,
+        "checked_at": to_rfc3339(check.checked_at),
+        "redirected_to": check.redirected_to,
+        "http_status": check.http_status,
+        "new_passage_uri_m": (
+            urls.memento(check.new_passage_memento_id) if check.new_passage_memento_id else None
+        ),
     }
 
 
 def render_rate(rate: SourceRate | None, window_days: int) -> dict[str, Any] | None:
     if rate is None:
         return None
-    return {"host": rate.host, "window_days": window_days, "citations_checked": rate.checked,
-            "eroded": rate.eroded, "rate": round(rate.rate, 4), "verdicts": rate.verdicts}
+    return {
+        "host": rate.host,
+        "window_days": window_days,
+        "citations_checked": rate.checked,
+        "eroded": rate.eroded,
+        "rate": round(rate.rate, 4),
+        "verdicts": rate.verdicts,
+    }
 
 
 def render_review(review: Review) -> dict[str, Any]:
     return {
-        "transcript_id": review.transcript_id, "needs_review": review.needs_review,
-        "reasons": review.reasons, "flagged_at": _optional_time(review.flagged_at),
-        "cleared_by": review.cleared_by, "cleared_note": review.cleared_note,
+        "transcript_id": review.transcript_id,
+        "needs_review": review.needs_review,
+        "reasons": review.reasons,
+        "flagged_at": _optional_time(review.flagged_at),
+        "cleared_by": review.cleared_by,
+        "cleared_note": review.cleared_note,
         "cleared_at": _optional_time(review.cleared_at),
     }
 
@@ -166,8 +182,12 @@ def render_review(review: Review) -> dict[str, Any]:
 # -- routes -------------------------------------------------------------------------------
 
 
-@router.get("/api/v1/citations/{citation_id}/drift", response_model=CitationDriftOut,
-            responses=ERROR_RESPONSES, summary="A citation's drift checks and latest verdict")
+@router.get(
+    "/api/v1/citations/{citation_id}/drift",
+    response_model=CitationDriftOut,
+    responses=ERROR_RESPONSES,
+    summary="A citation's drift checks and latest verdict",
+)
 def citation_drift(
     citation_id: Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="A citation's id.")],
     request: Request,
@@ -179,61 +199,96 @@ def citation_drift(
     found = archive.drift.history(principal.tenant, citation_id, limit=limit)
     audit_read(request, principal, "citation.drift", citation_id)
     checks = [render_check(c, urls) for c in found.checks]
-    return {"citation_id": found.citation_id, "transcript_id": found.transcript_id,
-            "memento_id": found.memento_id, "uri_r": found.uri_r,
-            "latest": checks[0] if checks else None, "checks": checks}
+    return {
+        "citation_id": found.citation_id,
+        "transcript_id": found.transcript_id,
+        "memento_id": found.memento_id,
+        "uri_r": found.uri_r,
+        "latest": checks[0] if checks else None,
+        "checks": checks,
+    }
 
 
-@router.get("/api/v1/drift/sources", response_model=DriftSourcesOut, responses=ERROR_RESPONSES,
-            summary="Drift rates per source host over a window")
+@router.get(
+    "/api/v1/drift/sources",
+    response_model=DriftSourcesOut,
+    responses=ERROR_RESPONSES,
+    summary="Drift rates per source host over a window",
+)
 def drift_sources(
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
-    window_days: Annotated[int | None, Query(ge=1, le=3650,
-                                             description="Default from [drift] window_days.")] = None,
+    window_days: Annotated[
+        int | None, Query(ge=1, le=3650, description="Default from [drift] window_days.")
+    ] = None,
 ) -> dict[str, Any]:
     window = window_days or archive.settings.drift.window_days
     rates = archive.drift.source_rates(principal.tenant, window_days=window)
     return {"window_days": window, "sources": [render_rate(r, window) for r in rates]}
 
 
-@router.get("/api/v1/transcripts", response_model=list[TranscriptListItemOut],
-            responses=ERROR_RESPONSES, summary="List transcripts, e.g. those that need review")
+@router.get(
+    "/api/v1/transcripts",
+    response_model=list[TranscriptListItemOut],
+    responses=ERROR_RESPONSES,
+    summary="List transcripts, e.g. those that need review",
+)
 def list_transcripts(
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
-    needs_review: Annotated[bool | None, Query(description="Only flagged (true) or unflagged (false).")] = None,
-    after: Annotated[str | None, Query(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$",
-                                       description="Paging: ids after this one.")] = None,
+    needs_review: Annotated[
+        bool | None, Query(description="Only flagged (true) or unflagged (false).")
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=128,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$",
+            description="Paging: ids after this one.",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
-    found = archive.drift.transcripts(principal.tenant, needs_review=needs_review, after=after,
-                                      limit=limit)
+    found = archive.drift.transcripts(
+        principal.tenant, needs_review=needs_review, after=after, limit=limit
+    )
     return [
-        {"id": t.id, "created_at": to_rfc3339(t.created_at),
-         "retain_until": to_rfc3339(t.retain_until), "legal_hold": t.legal_hold,
-         "labels": dict(t.labels), "review": render_review(review)}
+        {
+            "id": t.id,
+            "created_at": to_rfc3339(t.created_at),
+            "retain_until": to_rfc3339(t.retain_until),
+            "legal_hold": t.legal_hold,
+            "labels": dict(t.labels),
+            "review": render_review(review),
+        }
         for t, review in found
     ]
 
 
-@router.post("/api/v1/transcripts/{transcript_id}/review", response_model=ReviewOut,
-             responses=ERROR_RESPONSES,
-             summary="Clear a transcript's needs_review flag with a note (auditor or admin)")
+@router.post(
+    "/api/v1/transcripts/{transcript_id}/review",
+    response_model=ReviewOut,
+    responses=ERROR_RESPONSES,
+    summary="Clear a transcript's needs_review flag with a note (auditor or admin)",
+)
 def clear_review(
     transcript_id: TranscriptId,
     body: ReviewIn,
     principal: Annotated[Principal, Depends(reviewers)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
-    review = archive.drift.clear_review(principal.tenant, transcript_id, principal.key_id, body.note)
+    review = archive.drift.clear_review(
+        principal.tenant, transcript_id, principal.key_id, body.note
+    )
     return render_review(review)
 
 
 # -- used by the transcript routes ---------------------------------------------------------
 
 
-def latest_by_citation(archive: Archive, tenant: str, cited: list[Any], urls: Urls) -> dict[str, Any]:
+def latest_by_citation(
+    archive: Archive, tenant: str, cited: list[Any], urls: Urls
+) -> dict[str, Any]:
     """``{citation id: DriftSummaryOut}`` for the citations that have been checked."""
     latest = archive.drift.latest(tenant, [c.id for c in cited])
     return {cid: render_summary(check, urls) for cid, check in latest.items()}

@@ -97,9 +97,11 @@ def _memento_request(body: MementoIn) -> MementoRequest:
     WRITE_PATH,
     response_model=MementoOut,
     status_code=201,
-    responses={200: {"model": MementoOut, "description": "Already stored: the same memento."},
-               409: ERROR_RESPONSES[400] | {"description": "Idempotency-Key reused or facts differ."},
-               **ERROR_RESPONSES},
+    responses={
+        200: {"model": MementoOut, "description": "Already stored: the same memento."},
+        409: ERROR_RESPONSES[400] | {"description": "Idempotency-Key reused or facts differ."},
+        **ERROR_RESPONSES,
+    },
     summary="Write a memento",
 )
 async def create_memento(
@@ -169,11 +171,13 @@ def memento_link_header(memento: Memento, urls: Urls, when: str) -> str:
     """
     uri_r = to_ascii_uri(memento.uri_r)
     base = urls.ascii_base
-    return (f'<{uri_r}>; rel="original", '
-            f'<{base}{TIMEGATE_PREFIX}{uri_r}>; rel="timegate", '
-            f'<{base}{TIMEMAP_LINK_PREFIX}{uri_r}>; rel="timemap"; type="application/link-format", '
-            f'<{base}{TIMEMAP_JSON_PREFIX}{uri_r}>; rel="timemap"; type="application/json", '
-            f'<{base}{MEMENTO_PREFIX}{memento.id}>; rel="memento"; datetime="{when}"')
+    return (
+        f'<{uri_r}>; rel="original", '
+        f'<{base}{TIMEGATE_PREFIX}{uri_r}>; rel="timegate", '
+        f'<{base}{TIMEMAP_LINK_PREFIX}{uri_r}>; rel="timemap"; type="application/link-format", '
+        f'<{base}{TIMEMAP_JSON_PREFIX}{uri_r}>; rel="timemap"; type="application/json", '
+        f'<{base}{MEMENTO_PREFIX}{memento.id}>; rel="memento"; datetime="{when}"'
+    )
 
 
 def etag_for(content_hash: str) -> str:
@@ -184,10 +188,14 @@ def etag_for(content_hash: str) -> str:
     router,
     MEMENTO_PREFIX + "{memento_id}",
     response_class=Response,
-    responses={200: {"description": "The captured bytes, verified against their hash.",
-                     "content": {"*/*": {}}},
-               304: {"description": "Not modified (If-None-Match matched the ETag)."},
-               **ERROR_RESPONSES},
+    responses={
+        200: {
+            "description": "The captured bytes, verified against their hash.",
+            "content": {"*/*": {}},
+        },
+        304: {"description": "Not modified (If-None-Match matched the ETag)."},
+        **ERROR_RESPONSES,
+    },
     summary="A memento (URI-M): the captured bytes",
 )
 async def memento_content(
@@ -198,7 +206,8 @@ async def memento_content(
     # Documents the route; requests normally reach MementoRoute.serve first (app.py).
     route: MementoRoute = request.app.memento_route
     status, headers, body = await route.resolve(
-        principal, memento_id, request.method, request.headers.get("if-none-match"))
+        principal, memento_id, request.method, request.headers.get("if-none-match")
+    )
     response = Response(content=body, status_code=status)
     response.raw_headers = headers
     return response
@@ -206,8 +215,12 @@ async def memento_content(
 
 def is_memento_write(scope: asgi.Scope) -> bool:
     """Whether an ASGI request is a memento write (``POST /api/v1/mementos``)."""
-    return (scope["type"] == "http" and scope["method"] == "POST"
-            and scope["path"] == WRITE_PATH and not scope.get("root_path"))
+    return (
+        scope["type"] == "http"
+        and scope["method"] == "POST"
+        and scope["path"] == WRITE_PATH
+        and not scope.get("root_path")
+    )
 
 
 def is_memento_content(scope: asgi.Scope) -> bool:
@@ -241,7 +254,8 @@ class MementoRoute:
             return  # given at creation (tests) and started again by the lifespan
         self.archive = archive
         self._served = archive.index.cache_until_deletion(
-            ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024)
+            ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024
+        )
 
     def served_cache(self) -> ReadCache[tuple[str, str], ServedMemento] | None:
         """The memory of answers (its counters and usage), once started."""
@@ -264,7 +278,8 @@ class MementoRoute:
         try:
             principal = await self.gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
             status, headers, body = await self.resolve(
-                principal, path[len(MEMENTO_PREFIX):], method, if_none_match)
+                principal, path[len(MEMENTO_PREFIX) :], method, if_none_match
+            )
         except AmberError as error:
             await amber_error_response(error, method, path)(scope, receive, send)
             return
@@ -287,17 +302,25 @@ class MementoRoute:
         if served is None:
             generation = cache.generation()  # before the read: see ReadCache.generation
             memento = await run_blocking(
-                archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id)
+                archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id
+            )
             served = ServedMemento.of(memento, self.urls)
             cache.put(generation, key, served)
         record_read(archive, principal, "memento.content", memento_id)
         if if_none_match and _matches(if_none_match, served.etag()):
             return 304, list(served.headers[1:]), b""
         # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
-        data = await run_blocking(archive.blob_read_is_quick(served.size), archive.read_blob,
-                                  served.content_hash, served.blob_version_id)
-        return (200, [*served.headers, (b"content-length", str(len(data)).encode("ascii"))],
-                b"" if method == "HEAD" else data)
+        data = await run_blocking(
+            archive.blob_read_is_quick(served.size),
+            archive.read_blob,
+            served.content_hash,
+            served.blob_version_id,
+        )
+        return (
+            200,
+            [*served.headers, (b"content-length", str(len(data)).encode("ascii"))],
+            b"" if method == "HEAD" else data,
+        )
 
 
 class ServedMemento(NamedTuple):
@@ -316,16 +339,21 @@ class ServedMemento(NamedTuple):
 
     @classmethod
     def of(cls, memento: Memento, urls: Urls) -> ServedMemento:
-        return cls(memento.content_hash, memento.blob_version_id, memento.size,
-                   memento_headers(memento, urls))
+        return cls(
+            memento.content_hash,
+            memento.blob_version_id,
+            memento.size,
+            memento_headers(memento, urls),
+        )
 
     def etag(self) -> str:
         return next(value for name, value in self.headers if name == b"etag").decode("ascii")
 
     def weight(self) -> int:
         """About the bytes it holds, with its place in the cache (measured: ~1.4 KB)."""
-        return _SERVED_OVERHEAD + len(self.content_hash) + sum(
-            len(value) for _, value in self.headers)
+        return (
+            _SERVED_OVERHEAD + len(self.content_hash) + sum(len(value) for _, value in self.headers)
+        )
 
 
 # Objects and containers of a remembered ServedMemento beyond its text (tracemalloc: the
@@ -411,11 +439,14 @@ class WriteRoute:
             result = await archive.write_memento_async(memento_request, **options)
         else:
             result = await run_in_threadpool(
-                functools.partial(archive.write_memento, memento_request, **options))
+                functools.partial(archive.write_memento, memento_request, **options)
+            )
         rendered = memento_json(result.memento, self.urls)
-        return JSONResponse(rendered, status_code=201 if result.created else 200,
-                            headers={"Location": rendered["uri_m"]})
-
+        return JSONResponse(
+            rendered,
+            status_code=201 if result.created else 200,
+            headers={"Location": rendered["uri_m"]},
+        )
 
 
 class _Unread(Enum):
@@ -450,7 +481,10 @@ async def _read_body(receive: asgi.Receive, limit: int) -> bytes | _Unread:
 def _well_formed(raw: bytes, content_type: bytes | None, key: str | None) -> MementoIn | None:
     """The request body as :class:`MementoIn` when FastAPI would accept the request as it
     stands; None when FastAPI should answer it."""
-    if content_type is not None and content_type.split(b";", 1)[0].strip().lower() != b"application/json":
+    if (
+        content_type is not None
+        and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+    ):
         return None
     if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
         return None

@@ -25,10 +25,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # response_class=Response: with PlainTextResponse, FastAPI would document the JSON error
 # answers as text/plain too.
-@router.get("/metrics", response_class=Response, responses={
-    200: {"description": "Prometheus text format (version 0.0.4).",
-          "content": {"text/plain": {}}}, **ERROR_RESPONSES},
-    summary="This process's counters (admin)")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text format (version 0.0.4).",
+            "content": {"text/plain": {}},
+        },
+        **ERROR_RESPONSES,
+    },
+    summary="This process's counters (admin)",
+)
 def metrics(
     request: Request,
     archive: Annotated[Archive, Depends(get_archive)],
@@ -36,26 +44,42 @@ def metrics(
 ) -> PlainTextResponse:
     commits = archive.write_commits()
     lines = [
-        *_metric("amber_write_batches_total", "counter",
-                 "Group commits of memento writes (a failed batch's retries count too).",
-                 commits.batches),
-        *_metric("amber_write_batch_mementos_total", "counter",
-                 "Memento writes in those batches: divided by the batches, writes per commit.",
-                 commits.items),
+        *_metric(
+            "amber_write_batches_total",
+            "counter",
+            "Group commits of memento writes (a failed batch's retries count too).",
+            commits.batches,
+        ),
+        *_metric(
+            "amber_write_batch_mementos_total",
+            "counter",
+            "Memento writes in those batches: divided by the batches, writes per commit.",
+            commits.items,
+        ),
     ]
     cache = request.app.memento_route.served_cache()
     if cache is not None:
         entries, weight, budget = cache.usage()
         lines += [
-            *_metric("amber_uri_m_cache_hits_total", "counter",
-                     "URI-M answers from memory.", cache.hits),
-            *_metric("amber_uri_m_cache_misses_total", "counter",
-                     "URI-M requests that read the index.", cache.misses),
+            *_metric(
+                "amber_uri_m_cache_hits_total", "counter", "URI-M answers from memory.", cache.hits
+            ),
+            *_metric(
+                "amber_uri_m_cache_misses_total",
+                "counter",
+                "URI-M requests that read the index.",
+                cache.misses,
+            ),
             *_metric("amber_uri_m_cache_entries", "gauge", "Mementos remembered.", entries),
-            *_metric("amber_uri_m_cache_bytes", "gauge",
-                     "About the memory they take (AMBER_URI_M_CACHE_MB is the limit).", weight),
-            *_metric("amber_uri_m_cache_budget_bytes", "gauge",
-                     "AMBER_URI_M_CACHE_MB in bytes.", budget),
+            *_metric(
+                "amber_uri_m_cache_bytes",
+                "gauge",
+                "About the memory they take (AMBER_URI_M_CACHE_MB is the limit).",
+                weight,
+            ),
+            *_metric(
+                "amber_uri_m_cache_budget_bytes", "gauge", "AMBER_URI_M_CACHE_MB in bytes.", budget
+            ),
         ]
     return PlainTextResponse("\n".join(lines) + "\n", media_type=CONTENT_TYPE)
 

@@ -66,12 +66,17 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def reject_too_large(send: Send) -> None:
-    body = json.dumps(error_body("payload_too_large", "request body is over the size limit")).encode()
+    body = json.dumps(
+        error_body("payload_too_large", "request body is over the size limit")
+    ).encode()
     await send(
         {
             "type": "http.response.start",
             "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})

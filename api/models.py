@@ -11,7 +11,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from archive.exceptions import InvalidContent
 
 
-def decode_content(content: str | None, content_base64: str | None, field: str = "content") -> bytes:
+def decode_content(
+    content: str | None, content_base64: str | None, field: str = "content"
+) -> bytes:
     """The body bytes from exactly one of ``content`` (text, stored UTF-8) and base64."""
     if content_base64 is not None:
         try:
@@ -44,18 +46,26 @@ class MementoIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    uri_r: str = Field(max_length=8192, description="Absolute http(s) URL, or kb:… for internal documents.")
-    content: str | None = Field(default=None, description="The body as text (stored UTF-8 encoded).")
+    uri_r: str = Field(
+        max_length=8192, description="Absolute http(s) URL, or kb:… for internal documents."
+    )
+    content: str | None = Field(
+        default=None, description="The body as text (stored UTF-8 encoded)."
+    )
     content_base64: str | None = Field(
         default=None, description="The body as fetched, base64: use it when byte identity matters."
     )
-    content_type: str = Field(max_length=255, description="Media type, e.g. 'text/html; charset=utf-8'.")
+    content_type: str = Field(
+        max_length=255, description="Media type, e.g. 'text/html; charset=utf-8'."
+    )
     captured_at: str | None = Field(
         default=None,
         description="RFC 3339; when the tool fetched it (the Memento-Datetime). Default: now.",
     )
     scope: Literal["document", "passage"] = "document"
-    tool: str | None = Field(default=None, max_length=200, description="Capturing tool, e.g. http.get.")
+    tool: str | None = Field(
+        default=None, max_length=200, description="Capturing tool, e.g. http.get."
+    )
     final_url: str | None = Field(default=None, max_length=8192, description="URL after redirects.")
     http_status: int | None = Field(default=None, ge=100, le=599)
     headers: TextMap = Field(

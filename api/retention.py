@@ -54,59 +54,87 @@ class AdminLogOut(BaseModel):
     at: str
 
 
-@router.put("/transcripts/{transcript_id}/legal-hold", responses=RESPONSES,
-            summary="Place or release a legal hold on a transcript (suspends expiry)")
+@router.put(
+    "/transcripts/{transcript_id}/legal-hold",
+    responses=RESPONSES,
+    summary="Place or release a legal hold on a transcript (suspends expiry)",
+)
 def transcript_hold(
-    transcript_id: Annotated[str, Path(max_length=128)], body: HoldIn,
+    transcript_id: Annotated[str, Path(max_length=128)],
+    body: HoldIn,
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
     check_transcript_id(transcript_id)
-    archive.retention.set_transcript_hold(principal.tenant, transcript_id, body.on, body.reason, principal.key_id)
+    archive.retention.set_transcript_hold(
+        principal.tenant, transcript_id, body.on, body.reason, principal.key_id
+    )
     return {"transcript_id": transcript_id, "legal_hold": body.on}
 
 
-@router.put("/mementos/{memento_id}/legal-hold", responses=RESPONSES,
-            summary="Place or release a legal hold on one memento")
+@router.put(
+    "/mementos/{memento_id}/legal-hold",
+    responses=RESPONSES,
+    summary="Place or release a legal hold on one memento",
+)
 def memento_hold(
-    memento_id: Annotated[str, Path(max_length=64)], body: HoldIn,
+    memento_id: Annotated[str, Path(max_length=64)],
+    body: HoldIn,
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
     check_memento_id(memento_id)
-    archive.retention.set_memento_hold(principal.tenant, memento_id, body.on, body.reason, principal.key_id)
+    archive.retention.set_memento_hold(
+        principal.tenant, memento_id, body.on, body.reason, principal.key_id
+    )
     return {"memento_id": memento_id, "legal_hold": body.on}
 
 
-@router.put("/transcripts/{transcript_id}/retention", responses=RESPONSES,
-            summary="Change a transcript's retention, shortening included (admin, with a reason)")
+@router.put(
+    "/transcripts/{transcript_id}/retention",
+    responses=RESPONSES,
+    summary="Change a transcript's retention, shortening included (admin, with a reason)",
+)
 def change_retention(
-    transcript_id: Annotated[str, Path(max_length=128)], body: RetentionChangeIn,
+    transcript_id: Annotated[str, Path(max_length=128)],
+    body: RetentionChangeIn,
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
     check_transcript_id(transcript_id)
-    retention = body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
-    until = archive.retention.change_retention(principal.tenant, transcript_id, retention, body.reason,
-                                               principal.key_id)
+    retention = (
+        body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
+    )
+    until = archive.retention.change_retention(
+        principal.tenant, transcript_id, retention, body.reason, principal.key_id
+    )
     return {"transcript_id": transcript_id, "retain_until": to_rfc3339(until)}
 
 
-@router.post("/mementos/{memento_id}/erase", responses=RESPONSES,
-             summary="Erase evidence now (takedown, court order, data-protection request)")
+@router.post(
+    "/mementos/{memento_id}/erase",
+    responses=RESPONSES,
+    summary="Erase evidence now (takedown, court order, data-protection request)",
+)
 async def erase(
-    memento_id: Annotated[str, Path(max_length=64)], body: ReasonIn,
+    memento_id: Annotated[str, Path(max_length=64)],
+    body: ReasonIn,
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
     check_memento_id(memento_id)
-    await run_in_threadpool(archive.retention.erase, principal.tenant, memento_id, body.reason,
-                            principal.key_id)
+    await run_in_threadpool(
+        archive.retention.erase, principal.tenant, memento_id, body.reason, principal.key_id
+    )
     return {"memento_id": memento_id, "erased": True}
 
 
-@router.get("/admin/log", response_model=list[AdminLogOut], responses=ERROR_RESPONSES,
-            summary="The append-only admin log: holds, retention changes, erasures")
+@router.get(
+    "/admin/log",
+    response_model=list[AdminLogOut],
+    responses=ERROR_RESPONSES,
+    summary="The append-only admin log: holds, retention changes, erasures",
+)
 def get_admin_log(
     principal: Annotated[Principal, Depends(admin_only)],
     archive: Annotated[Archive, Depends(get_archive)],

@@ -58,8 +58,11 @@ def _rels(neighbours: Neighbours) -> list[tuple[Memento, str]]:
     """Each distinct memento the TimeGate names, with its combined relation types."""
     named: dict[str, tuple[Memento, list[str]]] = {}
     for memento, rel in (
-        (neighbours.first, "first"), (neighbours.prev, "prev"), (neighbours.chosen, ""),
-        (neighbours.next, "next"), (neighbours.last, "last"),
+        (neighbours.first, "first"),
+        (neighbours.prev, "prev"),
+        (neighbours.chosen, ""),
+        (neighbours.next, "next"),
+        (neighbours.last, "last"),
     ):
         if memento is None:
             continue
@@ -108,7 +111,9 @@ async def timegate(
     )
 
 
-async def _timemap_page(request: Request, prefix: str, archive: Archive, tenant: str) -> tuple[str, TimeMapPage, Neighbours]:
+async def _timemap_page(
+    request: Request, prefix: str, archive: Archive, tenant: str
+) -> tuple[str, TimeMapPage, Neighbours]:
     uri_r, page = raw_uri_r(request, prefix)
     found = await run_in_threadpool(archive.timemap, tenant, uri_r, page)
     bounds = await run_in_threadpool(archive.timegate, tenant, uri_r, None)
@@ -129,23 +134,41 @@ async def timemap_link(
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_LINK_PREFIX, archive, principal.tenant)
+    uri_r, page, bounds = await _timemap_page(
+        request, TIMEMAP_LINK_PREFIX, archive, principal.tenant
+    )
     items = page.mementos
     links: list[Link] = [
         link(uri_r, "original"),
-        link(urls.timemap_link(uri_r, page.page), "self", type="application/link-format",
-             **{"from": to_rfc1123(items[0].captured_at), "until": to_rfc1123(items[-1].captured_at)}),
+        link(
+            urls.timemap_link(uri_r, page.page),
+            "self",
+            type="application/link-format",
+            **{
+                "from": to_rfc1123(items[0].captured_at),
+                "until": to_rfc1123(items[-1].captured_at),
+            },
+        ),
         link(urls.timegate(uri_r), "timegate"),
     ]
     if page.page > 1:
-        links.append(link(urls.timemap_link(uri_r, page.page - 1), "prev", type="application/link-format"))
-    if page.page < page.pages:
-        links.append(link(urls.timemap_link(uri_r, page.page + 1), "next", type="application/link-format"))
-    for memento in items:
-        rels = [r for r, m in (("first", bounds.first), ("last", bounds.last)) if m.id == memento.id]
         links.append(
-            link(urls.memento(memento.id), " ".join([*rels, "memento"]),
-                 datetime=to_rfc1123(memento.captured_at))
+            link(urls.timemap_link(uri_r, page.page - 1), "prev", type="application/link-format")
+        )
+    if page.page < page.pages:
+        links.append(
+            link(urls.timemap_link(uri_r, page.page + 1), "next", type="application/link-format")
+        )
+    for memento in items:
+        rels = [
+            r for r, m in (("first", bounds.first), ("last", bounds.last)) if m.id == memento.id
+        ]
+        links.append(
+            link(
+                urls.memento(memento.id),
+                " ".join([*rels, "memento"]),
+                datetime=to_rfc1123(memento.captured_at),
+            )
         )
     return Response(
         content=link_format(links),
@@ -168,10 +191,14 @@ async def timemap_json(
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(readers)],
 ) -> TimeMapOut:
-    uri_r, page, bounds = await _timemap_page(request, TIMEMAP_JSON_PREFIX, archive, principal.tenant)
+    uri_r, page, bounds = await _timemap_page(
+        request, TIMEMAP_JSON_PREFIX, archive, principal.tenant
+    )
 
     def boundary(memento: Memento) -> TimeMapBoundary:
-        return TimeMapBoundary(datetime=to_rfc1123(memento.captured_at), uri=urls.memento(memento.id))
+        return TimeMapBoundary(
+            datetime=to_rfc1123(memento.captured_at), uri=urls.memento(memento.id)
+        )
 
     def page_link(number: int) -> TimeMapPageLink | None:
         if 1 <= number <= page.pages and number != page.page:
@@ -190,15 +217,22 @@ async def timemap_json(
             last=boundary(bounds.last),
             list=[
                 TimeMapEntry(
-                    datetime=to_rfc1123(m.captured_at), uri=urls.memento(m.id), id=m.id,
-                    scope=m.scope.value, content_hash=m.content_hash, content_type=m.media_type,
+                    datetime=to_rfc1123(m.captured_at),
+                    uri=urls.memento(m.id),
+                    id=m.id,
+                    scope=m.scope.value,
+                    content_hash=m.content_hash,
+                    content_type=m.media_type,
                 )
                 for m in page.mementos
             ],
         ),
         pages=TimeMapPages(
-            page=page.page, page_size=page.page_size, total_pages=page.pages,
+            page=page.page,
+            page_size=page.page_size,
+            total_pages=page.pages,
             total_mementos=page.total,
-            prev=page_link(page.page - 1), next=page_link(page.page + 1),
+            prev=page_link(page.page - 1),
+            next=page_link(page.page + 1),
         ),
     )

@@ -38,7 +38,8 @@ class RetainUntil(BaseModel):
 class TranscriptIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     retention: str | RetainUntil | None = Field(
-        default=None, description="A policy name ('regulated', 'default'), an ISO 8601 duration "
+        default=None,
+        description="A policy name ('regulated', 'default'), an ISO 8601 duration "
         "('P7Y', counted from creation) or {retain_until}. Extending only.",
     )
     labels: TextMap = Field(default_factory=dict, description="Free-form: run id, agent, customer.")
@@ -76,10 +77,13 @@ class CitationIn(BaseModel):
     memento_id: str | None = Field(default=None, max_length=64)
     source: SourceIn | None = None
     source_ref: str | None = Field(
-        default=None, max_length=200,
+        default=None,
+        max_length=200,
         description="Key into the request's `sources`: send a document once, cite it many times.",
     )
-    source_id: str | None = Field(default=None, max_length=200, description="The agent's evidence id.")
+    source_id: str | None = Field(
+        default=None, max_length=200, description="The agent's evidence id."
+    )
     quote: QuoteIn
 
 
@@ -87,7 +91,8 @@ class CitationsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     citations: list[CitationIn] = Field(max_length=1000)
     sources: dict[str, SourceIn] = Field(
-        default_factory=dict, max_length=100,
+        default_factory=dict,
+        max_length=100,
         description="Captured documents named once and cited by `source_ref`.",
     )
     fail_closed: bool | None = Field(default=None, description="Default from configuration (true).")
@@ -114,9 +119,11 @@ class CitationOut(BaseModel):
     source_ids: list[str]
     created_at: str
     drift: DriftSummaryOut | None = Field(
-        default=None, description="The latest drift check of the live URI-R (transcript reads).")
+        default=None, description="The latest drift check of the live URI-R (transcript reads)."
+    )
     source_drift: SourceDriftOut | None = Field(
-        default=None, description="The cited host's drift rate, when known (new citations).")
+        default=None, description="The cited host's drift rate, when known (new citations)."
+    )
 
 
 class CitationErrorOut(BaseModel):
@@ -144,43 +151,79 @@ class TranscriptOut(BaseModel):
 def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict[str, Any]:
     uri_m = urls.memento(citation.passage.id)
     selector = citation.selector
-    extra = {"data-amber-passage-hash": citation.passage.content_hash,
-             "data-amber-quote-hash": citation.quote_hash} if attach_hashes else None
+    extra = (
+        {
+            "data-amber-passage-hash": citation.passage.content_hash,
+            "data-amber-quote-hash": citation.quote_hash,
+        }
+        if attach_hashes
+        else None
+    )
     return {
-        "id": citation.id, "uri_m": uri_m, "uri_r": citation.document_uri_r,
+        "id": citation.id,
+        "uri_m": uri_m,
+        "uri_r": citation.document_uri_r,
         "memento_datetime": to_rfc3339(citation.passage.captured_at),
-        "passage_hash": citation.passage.content_hash, "document_hash": citation.document_hash,
-        "document_uri_m": urls.memento(citation.document_memento_id) if citation.document_memento_id else None,
+        "passage_hash": citation.passage.content_hash,
+        "document_hash": citation.document_hash,
+        "document_uri_m": urls.memento(citation.document_memento_id)
+        if citation.document_memento_id
+        else None,
         "quote_hash": citation.quote_hash,
         "selector": selector.as_web_annotation() if selector else None,
-        "robust_link": robust_link(citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra),
-        "text_fragment_url": (
-            text_fragment_url(citation.document_uri_r, selector.exact, selector.prefix, selector.suffix)
-            if selector and citation.passage.uri_r.partition(":")[0].lower() in WEB_SCHEMES else None
+        "robust_link": robust_link(
+            citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra
         ),
-        "extractor": citation.extractor, "extractor_version": citation.extractor_version,
-        "normalisation": citation.normalisation, "match_method": citation.match_method,
-        "run_id": citation.run_id, "source_ids": list(citation.source_ids),
+        "text_fragment_url": (
+            text_fragment_url(
+                citation.document_uri_r, selector.exact, selector.prefix, selector.suffix
+            )
+            if selector and citation.passage.uri_r.partition(":")[0].lower() in WEB_SCHEMES
+            else None
+        ),
+        "extractor": citation.extractor,
+        "extractor_version": citation.extractor_version,
+        "normalisation": citation.normalisation,
+        "match_method": citation.match_method,
+        "run_id": citation.run_id,
+        "source_ids": list(citation.source_ids),
         "created_at": to_rfc3339(citation.created_at),
     }
 
 
-def _render_transcript(transcript: Transcript, cited: list[Citation], urls: Urls, attach: bool,
-                       drift: dict[str, Any] | None = None) -> dict[str, Any]:
+def _render_transcript(
+    transcript: Transcript,
+    cited: list[Citation],
+    urls: Urls,
+    attach: bool,
+    drift: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     drift = drift or {}
     return {
-        "id": transcript.id, "created_at": to_rfc3339(transcript.created_at),
-        "updated_at": to_rfc3339(transcript.updated_at), "retention": transcript.retention,
-        "retain_until": to_rfc3339(transcript.retain_until), "labels": dict(transcript.labels),
+        "id": transcript.id,
+        "created_at": to_rfc3339(transcript.created_at),
+        "updated_at": to_rfc3339(transcript.updated_at),
+        "retention": transcript.retention,
+        "retain_until": to_rfc3339(transcript.retain_until),
+        "labels": dict(transcript.labels),
         "legal_hold": transcript.legal_hold,
-        "citations": [{**render_citation(c, urls, attach), "drift": drift.get(c.id)} for c in cited],
+        "citations": [
+            {**render_citation(c, urls, attach), "drift": drift.get(c.id)} for c in cited
+        ],
     }
 
 
-@router.put("/{transcript_id}", response_model=TranscriptOut, status_code=201,
-            responses={200: {"model": TranscriptOut, "description": "Updated."},
-                       409: {"description": "Retention would be shortened."}, **ERROR_RESPONSES},
-            summary="Create or update a transcript (retention only ever extends here)")
+@router.put(
+    "/{transcript_id}",
+    response_model=TranscriptOut,
+    status_code=201,
+    responses={
+        200: {"model": TranscriptOut, "description": "Updated."},
+        409: {"description": "Retention would be shortened."},
+        **ERROR_RESPONSES,
+    },
+    summary="Create or update a transcript (retention only ever extends here)",
+)
 def put_transcript(
     transcript_id: TranscriptId,
     body: TranscriptIn,
@@ -188,16 +231,27 @@ def put_transcript(
     archive: Annotated[Archive, Depends(get_archive)],
     urls: Annotated[Urls, Depends(get_urls)],
 ) -> JSONResponse:
-    retention = body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
+    retention = (
+        body.retention.model_dump() if isinstance(body.retention, RetainUntil) else body.retention
+    )
     written = archive.transcripts.put(principal.tenant, transcript_id, retention, body.labels)
     cited = archive.citations.for_transcript(principal.tenant, transcript_id)
-    rendered = _render_transcript(written.transcript, cited, urls, archive.settings.citations.attach_snapshot_hash,
-                                  latest_by_citation(archive, principal.tenant, cited, urls))
+    rendered = _render_transcript(
+        written.transcript,
+        cited,
+        urls,
+        archive.settings.citations.attach_snapshot_hash,
+        latest_by_citation(archive, principal.tenant, cited, urls),
+    )
     return JSONResponse(rendered, status_code=201 if written.created else 200)
 
 
-@router.get("/{transcript_id}", response_model=TranscriptOut, responses=ERROR_RESPONSES,
-            summary="A transcript with everything it cites")
+@router.get(
+    "/{transcript_id}",
+    response_model=TranscriptOut,
+    responses=ERROR_RESPONSES,
+    summary="A transcript with everything it cites",
+)
 def get_transcript(
     transcript_id: TranscriptId,
     request: Request,
@@ -208,16 +262,25 @@ def get_transcript(
     transcript = archive.transcripts.get(principal.tenant, transcript_id)
     audit_read(request, principal, "transcript.read", transcript.id)
     cited = archive.citations.for_transcript(principal.tenant, transcript_id)
-    return _render_transcript(transcript, cited, urls, archive.settings.citations.attach_snapshot_hash,
-                              latest_by_citation(archive, principal.tenant, cited, urls))
+    return _render_transcript(
+        transcript,
+        cited,
+        urls,
+        archive.settings.citations.attach_snapshot_hash,
+        latest_by_citation(archive, principal.tenant, cited, urls),
+    )
 
 
 def _source_request(s: SourceIn) -> SourceRequest:
     return SourceRequest(
-        uri_r=s.uri_r, content=decode_content(s.content, s.content_base64, "source.content"),
+        uri_r=s.uri_r,
+        content=decode_content(s.content, s.content_base64, "source.content"),
         content_type=s.content_type,
         captured_at=parse_rfc3339(s.captured_at) if s.captured_at is not None else None,
-        tool=s.tool, final_url=s.final_url, http_status=s.http_status, headers=s.headers,
+        tool=s.tool,
+        final_url=s.final_url,
+        http_status=s.http_status,
+        headers=s.headers,
     )
 
 
@@ -232,18 +295,27 @@ def _citation_requests(body: CitationsIn) -> list[CitationRequest]:
         source: SourceRequest | tuple[str, str] | None = None
         if item.source_ref is not None:
             if item.source is not None or item.source_ref not in shared:
-                source = ("unknown_evidence", f"citation {index}: source_ref must name one of "
-                          "`sources` (and not be given with `source`)")
+                source = (
+                    "unknown_evidence",
+                    f"citation {index}: source_ref must name one of "
+                    "`sources` (and not be given with `source`)",
+                )
             else:
                 source = shared[item.source_ref]
         elif item.source is not None:
             source = _readable(item.source, "source")
-        quote = QuoteRequest(item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position)
-        requests.append(CitationRequest(
-            quote=quote, memento_id=item.memento_id, source_id=item.source_id,
-            source=source if isinstance(source, SourceRequest) else None,
-            unreadable=source if isinstance(source, tuple) else None,
-        ))
+        quote = QuoteRequest(
+            item.quote.exact, item.quote.prefix, item.quote.suffix, item.quote.position
+        )
+        requests.append(
+            CitationRequest(
+                quote=quote,
+                memento_id=item.memento_id,
+                source_id=item.source_id,
+                source=source if isinstance(source, SourceRequest) else None,
+                unreadable=source if isinstance(source, tuple) else None,
+            )
+        )
     return requests
 
 
@@ -254,10 +326,16 @@ def _readable(source: SourceIn, where: str) -> SourceRequest | tuple[str, str]:
         return ("invalid_source", f"{where}: {error.message}")
 
 
-@router.post("/{transcript_id}/citations", response_model=CitationsOut, status_code=201,
-             responses={409: {"description": "Idempotency-Key reused for another request."},
-                        **ERROR_RESPONSES},
-             summary="Cite passages of captured evidence (fail-closed by default)")
+@router.post(
+    "/{transcript_id}/citations",
+    response_model=CitationsOut,
+    status_code=201,
+    responses={
+        409: {"description": "Idempotency-Key reused for another request."},
+        **ERROR_RESPONSES,
+    },
+    summary="Cite passages of captured evidence (fail-closed by default)",
+)
 async def post_citations(
     transcript_id: TranscriptId,
     body: CitationsIn,
@@ -277,16 +355,25 @@ async def post_citations(
 
     def cite() -> tuple[CiteResult, dict[str, Any]]:  # one trip to the thread pool, not two
         result = archive.citations.cite(
-            principal.tenant, transcript_id, requests, fail_closed=body.fail_closed,
-            run_id=body.run_id, idempotency_key=idempotency_key, request_hash=request_hash,
+            principal.tenant,
+            transcript_id,
+            requests,
+            fail_closed=body.fail_closed,
+            run_id=body.run_id,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
         )
         return result, source_drift_by_citation(archive, principal.tenant, result.citations)
 
     result, rates = await run_in_threadpool(cite)
     attach = archive.settings.citations.attach_snapshot_hash
     return JSONResponse(
-        {"citations": [{**render_citation(c, urls, attach), "source_drift": rates.get(c.id)}
-                       for c in result.citations],
-         "errors": [vars(e) for e in result.errors]},
+        {
+            "citations": [
+                {**render_citation(c, urls, attach), "source_drift": rates.get(c.id)}
+                for c in result.citations
+            ],
+            "errors": [vars(e) for e in result.errors],
+        },
         status_code=201 if result.created else 200,
     )

@@ -64,13 +64,13 @@ def raw_uri_r(request: Request, prefix: str) -> tuple[str, int]:
             raise InvalidURI("URI-R in the path is not valid UTF-8") from None
     root = request.scope.get("root_path", "")
     if root and path.startswith(root):
-        path = path[len(root):]
-    rest = path[len(prefix):] if path.startswith(prefix) else ""
+        path = path[len(root) :]
+    rest = path[len(prefix) :] if path.startswith(prefix) else ""
     page = 1
     match = _PAGE.match(rest)
     if match:
         page = int(match.group(1))
-        rest = rest[match.end():]
+        rest = rest[match.end() :]
         if page < 1:
             raise InvalidURI("TimeMap pages count from 1")
     if ":" not in rest.split("/", 1)[0] and ":" in unquote(rest).split("/", 1)[0]:

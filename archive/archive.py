@@ -131,8 +131,11 @@ class Archive:
         return cls(
             settings,
             open_blob_store(settings),
-            Index(settings.resolved_database_url, durable=settings.durable,
-                  grace=timedelta(days=settings.citations.retention_days)),
+            Index(
+                settings.resolved_database_url,
+                durable=settings.durable,
+                grace=timedelta(days=settings.citations.retention_days),
+            ),
         )
 
     def write_commits(self) -> CommitCounts:
@@ -192,8 +195,11 @@ class Archive:
     def write_is_quick(self, size: int) -> bool:
         """Whether checking and staging a write of ``size`` bytes takes microseconds: a small
         body, a local blob store and an in-process index (SQLite); no network round trip."""
-        return (size <= QUICK_WRITE_BYTES and isinstance(self.blobs, LocalBlobStore)
-                and self.index.reads_in_process)
+        return (
+            size <= QUICK_WRITE_BYTES
+            and isinstance(self.blobs, LocalBlobStore)
+            and self.index.reads_in_process
+        )
 
     def prepare_write(
         self,
@@ -260,10 +266,13 @@ class Archive:
         """The batch's rows, inside an open write; each write's result or error."""
         contents = {p.memento.content_hash: p.content for p in batch}
         outcomes = self.index.insert_mementos(
-            connection, [p.memento for p in batch],
+            connection,
+            [p.memento for p in batch],
             # A blob a retention sweep was deleting is stored again, under the write lock:
             # rare, and one put.
-            revive=lambda address: self.blobs.put(contents[address], retain_until=self.initial_lock(utc_now())),
+            revive=lambda address: self.blobs.put(
+                contents[address], retain_until=self.initial_lock(utc_now())
+            ),
         )
         return [self._settle(connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
 
@@ -274,6 +283,7 @@ class Archive:
         write_is_quick). The syncs, the wait for the write lock and the commit run in the
         disk thread; everything else runs here, so the two threads hand the GIL to each
         other a handful of times per batch rather than at every statement."""
+
         async def offload(function: Callable[[], _T]) -> _T:
             # Shielded: a disk step, once handed over, runs to its end even if the loop
             # shuts down meanwhile; the step that opened the index write then ends it.
@@ -288,7 +298,9 @@ class Archive:
         assert isinstance(blobs, LocalBlobStore)
         # The write opens (and may wait for SQLite's write lock) in the thread that made the
         # names durable, in the same hand-over.
-        write = await blobs.publish_async([p.staged for p in batch], offload, then=self.index.open_write)
+        write = await blobs.publish_async(
+            [p.staged for p in batch], offload, then=self.index.open_write
+        )
         try:
             results = self._insert_batch(write.connection, batch)
         except BaseException:
@@ -326,7 +338,9 @@ class Archive:
             utc_now(),
         )
         if first.request_hash != (pending.request_hash or ""):
-            return IdempotencyConflict("this Idempotency-Key was already used for a different request")
+            return IdempotencyConflict(
+                "this Idempotency-Key was already used for a different request"
+            )
         return WriteResult(outcome.memento, first.status_code == 201)
 
     def _replay(self, tenant: str, stored: StoredResponse) -> WriteResult:
@@ -359,8 +373,10 @@ class Archive:
         if memento.deleted_at is not None:
             raise Gone(
                 "this memento was deleted",
-                memento_id=memento.id, deleted_at=to_rfc3339(memento.deleted_at),
-                reason=memento.deletion_reason or "", content_hash=memento.content_hash,
+                memento_id=memento.id,
+                deleted_at=to_rfc3339(memento.deleted_at),
+                reason=memento.deletion_reason or "",
+                content_hash=memento.content_hash,
                 memento_datetime=to_rfc3339(memento.captured_at),
             )
         return memento
@@ -400,7 +416,9 @@ class Archive:
         items = self.index.list_mementos(tenant, original.key, offset=(page - 1) * size, limit=size)
         if not items and page != 1:
             raise OriginalNotFound("this TimeMap page is past the last one")
-        return TimeMapPage(original=original, mementos=items, page=page, page_size=size, total=total)
+        return TimeMapPage(
+            original=original, mementos=items, page=page, page_size=size, total=total
+        )
 
     def content_address_of(self, data: bytes) -> str:
         return content_address(data)

@@ -73,7 +73,11 @@ class ReadAudit:
         return len(batch)
 
     def query(
-        self, tenant: str, *, since: datetime | None = None, limit: int = 100,
+        self,
+        tenant: str,
+        *,
+        since: datetime | None = None,
+        limit: int = 100,
         key_id: str | None = None,
     ) -> list[ReadRecord]:
         self.flush()  # an admin asking sees everything recorded so far
@@ -83,8 +87,10 @@ class ReadAudit:
         if key_id is not None:
             conditions.append(read_audit.c.key_id == key_id)
         query = (
-            select(read_audit).where(*conditions)
-            .order_by(read_audit.c.at, read_audit.c.id).limit(limit)
+            select(read_audit)
+            .where(*conditions)
+            .order_by(read_audit.c.at, read_audit.c.id)
+            .limit(limit)
         )
         with self.index.read() as connection:
             return [

@@ -124,8 +124,12 @@ class Selector:
 
     def as_web_annotation(self) -> list[dict[str, Any]]:
         return [
-            {"type": "TextQuoteSelector", "exact": self.exact, "prefix": self.prefix,
-             "suffix": self.suffix},
+            {
+                "type": "TextQuoteSelector",
+                "exact": self.exact,
+                "prefix": self.prefix,
+                "suffix": self.suffix,
+            },
             {"type": "TextPositionSelector", "start": self.start, "end": self.end},
         ]
 
@@ -252,7 +256,9 @@ class CitationDesk:
             self._log(tenant, transcript_id, run_id, requests[error.index], None, error.reason)
         if errors and (fail_closed or not planned):
             raise CitationsRejected(errors)
-        stored = self._store(tenant, transcript, planned, errors, run_id, idempotency_key, request_hash)
+        stored = self._store(
+            tenant, transcript, planned, errors, run_id, idempotency_key, request_hash
+        )
         for plan, citation in zip(planned, stored.citations, strict=True):
             self._log(tenant, transcript_id, run_id, plan.request, citation, "accepted")
         return stored
@@ -278,11 +284,25 @@ class CitationDesk:
         if not isinstance(quote.exact, str) or not quote.exact.strip():
             raise _Rejected("empty_quote", "the quote is empty")
         if len(quote.exact) > self.policy.max_quote_chars:
-            raise _Rejected("quote_too_long", f"quotes are at most {self.policy.max_quote_chars} characters")
+            raise _Rejected(
+                "quote_too_long", f"quotes are at most {self.policy.max_quote_chars} characters"
+            )
         source = request.source
-        key = (request.memento_id, None if source is None else (
-            source.uri_r, source.content, source.content_type, source.captured_at, source.tool,
-            source.final_url, source.http_status, tuple(sorted(source.headers.items()))))
+        key = (
+            request.memento_id,
+            None
+            if source is None
+            else (
+                source.uri_r,
+                source.content,
+                source.content_type,
+                source.captured_at,
+                source.tool,
+                source.final_url,
+                source.http_status,
+                tuple(sorted(source.headers.items())),
+            ),
+        )
         evidence = seen.get(key)
         if evidence is None:
             evidence = seen[key] = self._evidence(tenant, request)
@@ -290,22 +310,36 @@ class CitationDesk:
             raise _Rejected(
                 "disallowed_tool",
                 f"tool {evidence.facts.tool!r} is not an evidence source"
-                + (" (search results are never evidence)" if (evidence.facts.tool or "").startswith("search") else ""),
+                + (
+                    " (search results are never evidence)"
+                    if (evidence.facts.tool or "").startswith("search")
+                    else ""
+                ),
             )
         try:
-            extracted = extract_text(evidence.content, evidence.media_type, cache_key=evidence.document_hash)
+            extracted = extract_text(
+                evidence.content, evidence.media_type, cache_key=evidence.document_hash
+            )
         except AmberError as error:
             raise _Rejected("unreadable_document", error.message) from None
         prepared = self._prepared(evidence.document_hash, evidence.media_type, extracted)
         try:
-            match = locate(prepared, quote.exact, prefix=quote.prefix, suffix=quote.suffix, position=quote.position)
+            match = locate(
+                prepared,
+                quote.exact,
+                prefix=quote.prefix,
+                suffix=quote.suffix,
+                position=quote.position,
+            )
         except AmberError as error:
             raise _Rejected(getattr(error, "code", "quote_not_found"), error.message) from None
         context = self.policy.context_chars
-        passage = extracted.text[max(0, match.start - context): match.end + context]
+        passage = extracted.text[max(0, match.start - context) : match.end + context]
         return _Planned(number, request, evidence, extracted, match, passage.encode("utf-8"))
 
-    def _prepared(self, document_hash: str, media_type: str, extracted: ExtractedText) -> PreparedText:
+    def _prepared(
+        self, document_hash: str, media_type: str, extracted: ExtractedText
+    ) -> PreparedText:
         # Ten citations of one page prepare its text once (an agent cites a page in bursts).
         # The media type is part of the key: its charset changes the text of the same bytes.
         key = f"{document_hash}:{extracted.extractor}:{extracted.extractor_version}:{media_type}"
@@ -328,14 +362,21 @@ class CitationDesk:
             try:
                 memento = self.archive.get_memento(tenant, request.memento_id)
             except (NotFound, InvalidInput):
-                raise _Rejected("unknown_evidence", "no captured document with this memento id") from None
+                raise _Rejected(
+                    "unknown_evidence", "no captured document with this memento id"
+                ) from None
             if memento.scope is not Scope.DOCUMENT:
-                raise _Rejected("unknown_evidence", "the memento is a passage, not a captured document")
+                raise _Rejected(
+                    "unknown_evidence", "the memento is a passage, not a captured document"
+                )
             return _Evidence(
                 uri=parse_uri_r(memento.uri_r, self.archive.settings.internal_schemes),
-                content=self.archive.read_content(memento), media_type=memento.media_type,
-                captured_at=memento.captured_at, facts=memento.facts,
-                document_hash=memento.content_hash, memento=memento,
+                content=self.archive.read_content(memento),
+                media_type=memento.media_type,
+                captured_at=memento.captured_at,
+                facts=memento.facts,
+                document_hash=memento.content_hash,
+                memento=memento,
             )
         source = request.source
         assert source is not None
@@ -343,18 +384,34 @@ class CitationDesk:
             uri = parse_uri_r(source.uri_r, self.archive.settings.internal_schemes)
             media_type = check_media_type(source.content_type)
             captured_at = self.archive.check_captured_at(source.captured_at, utc_now())
-            facts = CaptureFacts(tool=check_tool(source.tool), final_url=source.final_url,
-                                 http_status=source.http_status, headers=select_headers(source.headers))
+            facts = CaptureFacts(
+                tool=check_tool(source.tool),
+                final_url=source.final_url,
+                http_status=source.http_status,
+                headers=select_headers(source.headers),
+            )
         except InvalidInput as error:
             raise _Rejected("invalid_source", error.message) from None
-        return _Evidence(uri, source.content, media_type, captured_at, facts,
-                         content_address(source.content), None)
+        return _Evidence(
+            uri,
+            source.content,
+            media_type,
+            captured_at,
+            facts,
+            content_address(source.content),
+            None,
+        )
 
     # -- storing -------------------------------------------------------------------------
 
     def _store(
-        self, tenant: str, transcript: Transcript, planned: Sequence[_Planned],
-        errors: list[CitationError], run_id: str | None, idempotency_key: str | None,
+        self,
+        tenant: str,
+        transcript: Transcript,
+        planned: Sequence[_Planned],
+        errors: list[CitationError],
+        run_id: str | None,
+        idempotency_key: str | None,
         request_hash: str | None,
     ) -> CiteResult:
         now = utc_now()
@@ -364,7 +421,9 @@ class CitationDesk:
         # with concurrent requests' passages (local store: two filesystem syncs per batch),
         # before any row points at them.
         lock = self.archive.initial_lock(now)
-        staged = self.archive.blobs.stage_many([plan.passage_bytes for plan in planned], retain_until=lock)
+        staged = self.archive.blobs.stage_many(
+            [plan.passage_bytes for plan in planned], retain_until=lock
+        )
         with discard_on_failure(self.archive.blobs, staged):
             stored = [one.blob for one in staged]
             for plan, blob in zip(planned, stored, strict=True):
@@ -378,12 +437,26 @@ class CitationDesk:
                     document = self._document_memento(tenant, plan, now)
                     documents.append(document)
                     document_id = document.id
-                rows.append(self._citation_row(tenant, transcript.id, plan, passage, document_id, run_id, now))
+                rows.append(
+                    self._citation_row(
+                        tenant, transcript.id, plan, passage, document_id, run_id, now
+                    )
+                )
             # Published and committed together with concurrent requests' passages and rows.
-            return self._committer.submit(_StoreJob(
-                tenant, transcript, [*documents, *passages], rows, contents, staged, errors,
-                idempotency_key, request_hash, now,
-            ))
+            return self._committer.submit(
+                _StoreJob(
+                    tenant,
+                    transcript,
+                    [*documents, *passages],
+                    rows,
+                    contents,
+                    staged,
+                    errors,
+                    idempotency_key,
+                    request_hash,
+                    now,
+                )
+            )
 
     def _commit_jobs(self, jobs: Sequence[_StoreJob]) -> list[CiteResult | BaseException]:
         """One transaction for a batch of requests' citations (group commit).
@@ -395,19 +468,27 @@ class CitationDesk:
         self.archive.blobs.publish([one for job in jobs for one in job.staged])
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
-                connection, [m for job in jobs for m in job.mementos],
+                connection,
+                [m for job in jobs for m in job.mementos],
                 revive=lambda address: self.archive.blobs.put(
-                    contents[address], retain_until=self.archive.initial_lock(utc_now())),
+                    contents[address], retain_until=self.archive.initial_lock(utc_now())
+                ),
             )
             if any(o.memento.deleted_at is not None for o in outcomes):
-                raise Gone("this passage was stored before and has been deleted; ids are never reused")
+                raise Gone(
+                    "this passage was stored before and has been deleted; ids are never reused"
+                )
             stored_mementos = {o.memento.id: o.memento for o in outcomes}
             all_rows = [row for job in jobs for row in job.rows]
             # Documents cited by memento id were read before this transaction: a sweep may
             # have deleted one since, and a citation must never point at a tombstone.
-            cited_documents = {r["document_memento_id"] for r in all_rows if r["document_memento_id"]}
+            cited_documents = {
+                r["document_memento_id"] for r in all_rows if r["document_memento_id"]
+            }
             if self.index.deleted_among(connection, cited_documents - stored_mementos.keys()):
-                raise Gone("the cited document memento has been deleted meanwhile; capture it again")
+                raise Gone(
+                    "the cited document memento has been deleted meanwhile; capture it again"
+                )
             inserted = self.index.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )
@@ -415,57 +496,89 @@ class CitationDesk:
             # they stand now: read before this transaction, a retention shortened meanwhile
             # would extend the evidence past every transcript's date.
             retain_until = self.archive.transcripts.retain_until_on(
-                connection, {(job.tenant, job.transcript.id) for job in jobs})
+                connection, {(job.tenant, job.transcript.id) for job in jobs}
+            )
             self.index.extend_expiries(
-                connection, [reach for job in jobs for reach in _reach(job, retain_until)])
+                connection, [reach for job in jobs for reach in _reach(job, retain_until)]
+            )
             results: list[CiteResult | BaseException] = []
             first_seen: set[str] = set()
             for job in jobs:
                 if job.idempotency_key is not None:
                     self._remember(connection, job)
                 # A row counts as ours only the first time its id appears in the batch.
-                ours = {r["id"] for r in job.rows if r["id"] in inserted and r["id"] not in first_seen}
+                ours = {
+                    r["id"] for r in job.rows if r["id"] in inserted and r["id"] not in first_seen
+                }
                 first_seen.update(ours)
-                results.append(CiteResult(
-                    self._as_stored(connection, job.tenant, job.rows, ours, stored_mementos),
-                    job.errors, True,
-                ))
+                results.append(
+                    CiteResult(
+                        self._as_stored(connection, job.tenant, job.rows, ours, stored_mementos),
+                        job.errors,
+                        True,
+                    )
+                )
         return results
 
     def _remember(self, connection: Any, job: _StoreJob) -> None:
         assert job.idempotency_key is not None
         first = self.index.remember_response(
-            connection, job.tenant, job.idempotency_key,
-            StoredResponse(job.request_hash or "", 201, {
-                "citation_ids": [r["id"] for r in job.rows],
-                "errors": [vars(e) for e in job.errors],
-            }),
+            connection,
+            job.tenant,
+            job.idempotency_key,
+            StoredResponse(
+                job.request_hash or "",
+                201,
+                {
+                    "citation_ids": [r["id"] for r in job.rows],
+                    "errors": [vars(e) for e in job.errors],
+                },
+            ),
             job.now,
         )
         if first.request_hash != (job.request_hash or ""):
-            raise IdempotencyConflict("this Idempotency-Key was already used for a different request")
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used for a different request"
+            )
 
     def _as_stored(
-        self, connection: Any, tenant: str, rows: list[dict[str, Any]], ours: set[str],
+        self,
+        connection: Any,
+        tenant: str,
+        rows: list[dict[str, Any]],
+        ours: set[str],
         mementos: Mapping[str, Memento],
     ) -> list[Citation]:
         """The citations as stored, in request order: what this request inserted is known;
         only citations recorded before (same identity) are read back."""
-        earlier = {c.id: c for c in self._load(connection, tenant, [r["id"] for r in rows if r["id"] not in ours])}
+        earlier = {
+            c.id: c
+            for c in self._load(connection, tenant, [r["id"] for r in rows if r["id"] not in ours])
+        }
         return [
             _citation_from(RowView(row), mementos[row["passage_memento_id"]])
-            if row["id"] in ours else earlier[row["id"]]
+            if row["id"] in ours
+            else earlier[row["id"]]
             for row in rows
         ]
 
-    def _passage_memento(self, tenant: str, plan: _Planned, blob: StoredBlob, now: datetime) -> Memento:
+    def _passage_memento(
+        self, tenant: str, plan: _Planned, blob: StoredBlob, now: datetime
+    ) -> Memento:
         evidence = plan.evidence
         return Memento(
             id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
-            tenant=tenant, uri_r=evidence.uri.raw, urir_key=evidence.uri.key,
-            captured_at=evidence.captured_at, archived_at=now, content_hash=blob.address,
-            blob_version_id=blob.version_id, media_type=PASSAGE_MEDIA_TYPE, size=blob.size,
-            scope=Scope.PASSAGE, facts=evidence.facts,
+            tenant=tenant,
+            uri_r=evidence.uri.raw,
+            urir_key=evidence.uri.key,
+            captured_at=evidence.captured_at,
+            archived_at=now,
+            content_hash=blob.address,
+            blob_version_id=blob.version_id,
+            media_type=PASSAGE_MEDIA_TYPE,
+            size=blob.size,
+            scope=Scope.PASSAGE,
+            facts=evidence.facts,
         )
 
     def _document_memento(self, tenant: str, plan: _Planned, now: datetime) -> Memento:
@@ -473,38 +586,68 @@ class CitationDesk:
         blob = self.archive.blobs.put(evidence.content, retain_until=self.archive.initial_lock(now))
         return Memento(
             id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
-            tenant=tenant, uri_r=evidence.uri.raw, urir_key=evidence.uri.key,
-            captured_at=evidence.captured_at, archived_at=now, content_hash=blob.address,
-            blob_version_id=blob.version_id, media_type=evidence.media_type, size=blob.size,
-            scope=Scope.DOCUMENT, facts=evidence.facts,
+            tenant=tenant,
+            uri_r=evidence.uri.raw,
+            urir_key=evidence.uri.key,
+            captured_at=evidence.captured_at,
+            archived_at=now,
+            content_hash=blob.address,
+            blob_version_id=blob.version_id,
+            media_type=evidence.media_type,
+            size=blob.size,
+            scope=Scope.DOCUMENT,
+            facts=evidence.facts,
         )
 
     def _citation_row(
-        self, tenant: str, transcript_id: str, plan: _Planned, passage: Memento,
-        document_id: str | None, run_id: str | None, now: datetime,
+        self,
+        tenant: str,
+        transcript_id: str,
+        plan: _Planned,
+        passage: Memento,
+        document_id: str | None,
+        run_id: str | None,
+        now: datetime,
     ) -> dict[str, Any]:
         evidence, match = plan.evidence, plan.match
-        identity = "\n".join((tenant, transcript_id, passage.id, str(match.start), str(match.end),
-                              evidence.document_hash))
+        identity = "\n".join(
+            (
+                tenant,
+                transcript_id,
+                passage.id,
+                str(match.start),
+                str(match.end),
+                evidence.document_hash,
+            )
+        )
         selector = {"exact": match.exact, "prefix": match.prefix, "suffix": match.suffix}
         return {
             "id": blake3.blake3(identity.encode()).hexdigest()[:32],
-            "tenant": tenant, "transcript_id": transcript_id,
-            "passage_memento_id": passage.id, "document_memento_id": document_id,
-            "document_hash": evidence.document_hash, "document_size": len(evidence.content),
-            "document_media_type": evidence.media_type, "document_uri_r": evidence.uri.raw,
-            "document_captured_at": evidence.captured_at, "document_tool": evidence.facts.tool,
+            "tenant": tenant,
+            "transcript_id": transcript_id,
+            "passage_memento_id": passage.id,
+            "document_memento_id": document_id,
+            "document_hash": evidence.document_hash,
+            "document_size": len(evidence.content),
+            "document_media_type": evidence.media_type,
+            "document_uri_r": evidence.uri.raw,
+            "document_captured_at": evidence.captured_at,
+            "document_tool": evidence.facts.tool,
             "document_final_url": evidence.facts.final_url,
             "document_http_status": evidence.facts.http_status,
             "document_headers_json": evidence.facts.headers_json(),
             "quote_hash": quote_hash(plan.request.quote.exact),
             "selector_json": json.dumps(selector, ensure_ascii=False),
-            "position_start": match.start, "position_end": match.end,
+            "position_start": match.start,
+            "position_end": match.end,
             "extractor": plan.extracted.extractor,
             "extractor_version": plan.extracted.extractor_version,
-            "normalisation": NORMALISATION_VERSION, "match_method": match.method,
+            "normalisation": NORMALISATION_VERSION,
+            "match_method": match.method,
             "run_id": run_id,
-            "source_ids_json": json.dumps([plan.request.source_id] if plan.request.source_id else []),
+            "source_ids_json": json.dumps(
+                [plan.request.source_id] if plan.request.source_id else []
+            ),
             "created_at": now,
         }
 
@@ -512,25 +655,37 @@ class CitationDesk:
 
     def for_transcript(self, tenant: str, transcript_id: str) -> list[Citation]:
         with self.index.read() as connection:
-            rows = connection.execute(
-                select(citations.c.id)
-                .where(citations.c.tenant == tenant, citations.c.transcript_id == transcript_id)
-                .order_by(citations.c.created_at, citations.c.id)
-            ).scalars().all()
+            rows = (
+                connection.execute(
+                    select(citations.c.id)
+                    .where(citations.c.tenant == tenant, citations.c.transcript_id == transcript_id)
+                    .order_by(citations.c.created_at, citations.c.id)
+                )
+                .scalars()
+                .all()
+            )
             return self._load(connection, tenant, list(rows))
 
     def _load(self, connection: Any, tenant: str, ids: list[str]) -> list[Citation]:
         if not ids:
             return []
         found = {
-            row.id: row for row in connection.execute(
+            row.id: row
+            for row in connection.execute(
                 select(citations).where(citations.c.tenant == tenant, citations.c.id.in_(ids))
             )
         }
         passages = {
-            m.id: m for m in self.index.load_mementos(connection, tenant, [r.passage_memento_id for r in found.values()])
+            m.id: m
+            for m in self.index.load_mementos(
+                connection, tenant, [r.passage_memento_id for r in found.values()]
+            )
         }
-        return [_citation_from(found[i], passages[found[i].passage_memento_id]) for i in ids if i in found]
+        return [
+            _citation_from(found[i], passages[found[i].passage_memento_id])
+            for i in ids
+            if i in found
+        ]
 
     def _replay(self, tenant: str, stored: StoredResponse) -> CiteResult:
         with self.index.read() as connection:
@@ -539,19 +694,33 @@ class CitationDesk:
         return CiteResult(loaded, errors, created=stored.status_code == 201)
 
     def _log(
-        self, tenant: str, transcript_id: str, run_id: str | None, request: CitationRequest,
-        citation: Citation | None, verdict: str,
+        self,
+        tenant: str,
+        transcript_id: str,
+        run_id: str | None,
+        request: CitationRequest,
+        citation: Citation | None,
+        verdict: str,
     ) -> None:
         # Ids, hashes and the verdict only: never the quote, never captured text.
-        log.info(json.dumps({
-            "event": "citation", "verdict": verdict, "tenant": tenant,
-            "transcript_id": transcript_id, "run_id": run_id, "source_id": request.source_id,
-            "memento_id": request.memento_id,
-            "citation_id": citation.id if citation else None,
-            "document_hash": citation.document_hash if citation else None,
-            "passage_hash": citation.passage.content_hash if citation else None,
-            "quote_hash": citation.quote_hash if citation else None,
-        }, sort_keys=True))
+        log.info(
+            json.dumps(
+                {
+                    "event": "citation",
+                    "verdict": verdict,
+                    "tenant": tenant,
+                    "transcript_id": transcript_id,
+                    "run_id": run_id,
+                    "source_id": request.source_id,
+                    "memento_id": request.memento_id,
+                    "citation_id": citation.id if citation else None,
+                    "document_hash": citation.document_hash if citation else None,
+                    "passage_hash": citation.passage.content_hash if citation else None,
+                    "quote_hash": citation.quote_hash if citation else None,
+                },
+                sort_keys=True,
+            )
+        )
 
 
 def _reach(
@@ -568,19 +737,37 @@ def _citation_from(row: Any, passage: Memento) -> Citation:
     selector = None
     if row.selector_json is not None:
         quoted = json.loads(row.selector_json)
-        selector = Selector(quoted["exact"], quoted["prefix"], quoted["suffix"],
-                            row.position_start, row.position_end)
+        selector = Selector(
+            quoted["exact"],
+            quoted["prefix"],
+            quoted["suffix"],
+            row.position_start,
+            row.position_end,
+        )
     return Citation(
-        id=row.id, tenant=row.tenant, transcript_id=row.transcript_id, passage=passage,
-        document_memento_id=row.document_memento_id, document_hash=row.document_hash,
-        document_size=row.document_size, document_media_type=row.document_media_type,
-        document_uri_r=row.document_uri_r, document_captured_at=row.document_captured_at,
+        id=row.id,
+        tenant=row.tenant,
+        transcript_id=row.transcript_id,
+        passage=passage,
+        document_memento_id=row.document_memento_id,
+        document_hash=row.document_hash,
+        document_size=row.document_size,
+        document_media_type=row.document_media_type,
+        document_uri_r=row.document_uri_r,
+        document_captured_at=row.document_captured_at,
         document_facts=CaptureFacts(
-            tool=row.document_tool, final_url=row.document_final_url,
-            http_status=row.document_http_status, headers=json.loads(row.document_headers_json),
+            tool=row.document_tool,
+            final_url=row.document_final_url,
+            http_status=row.document_http_status,
+            headers=json.loads(row.document_headers_json),
         ),
-        quote_hash=row.quote_hash, selector=selector, extractor=row.extractor,
-        extractor_version=row.extractor_version, normalisation=row.normalisation,
-        match_method=row.match_method, run_id=row.run_id,
-        source_ids=tuple(json.loads(row.source_ids_json)), created_at=row.created_at,
+        quote_hash=row.quote_hash,
+        selector=selector,
+        extractor=row.extractor,
+        extractor_version=row.extractor_version,
+        normalisation=row.normalisation,
+        match_method=row.match_method,
+        run_id=row.run_id,
+        source_ids=tuple(json.loads(row.source_ids_json)),
+        created_at=row.created_at,
     )

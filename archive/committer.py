@@ -155,8 +155,9 @@ class LoopGroupCommitter(Generic[T, R]):
         self.counts = CommitCounts()
         # Per event loop (tests run several, one after the other): what waits, and the
         # task committing it while there is any.
-        self._queues: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, _LoopQueue[T, R]] = weakref.WeakKeyDictionary()
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue[T, R]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def submit(self, item: T) -> R:
         """Queue ``item`` and wait until the batch holding it has committed. Once queued,
@@ -179,8 +180,8 @@ class LoopGroupCommitter(Generic[T, R]):
         try:
             while waiting.items:
                 await self._fill(waiting)
-                batch = waiting.items[:self._max_batch]
-                del waiting.items[:self._max_batch]
+                batch = waiting.items[: self._max_batch]
+                del waiting.items[: self._max_batch]
                 waiting.recent = max(len(batch), waiting.recent * RECENT_DECAY)
                 await self._commit(batch)
         except asyncio.CancelledError:

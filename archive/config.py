@@ -115,10 +115,15 @@ class DriftPolicy:
         allowed = {"material", "reversal", "gone", "soft_404"}
         if not set(policy.review_on) <= allowed:
             raise ConfigurationError(f"[drift] review_on takes {', '.join(sorted(allowed))}")
-        if (min(policy.interval_hours, policy.stable_interval_hours, policy.retry_hours) <= 0
-                or policy.timeout_seconds <= 0 or policy.host_delay_seconds < 0
-                or policy.concurrency < 1 or policy.host_concurrency < 1
-                or policy.stable_after < 1 or policy.window_days < 1):
+        if (
+            min(policy.interval_hours, policy.stable_interval_hours, policy.retry_hours) <= 0
+            or policy.timeout_seconds <= 0
+            or policy.host_delay_seconds < 0
+            or policy.concurrency < 1
+            or policy.host_concurrency < 1
+            or policy.stable_after < 1
+            or policy.window_days < 1
+        ):
             raise ConfigurationError("[drift] intervals, limits and the window must be positive")
         return policy
 

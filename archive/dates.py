@@ -47,8 +47,13 @@ def parse_rfc1123(text: str) -> datetime:
         raise InvalidDatetime("datetime must be RFC 1123 GMT, e.g. 'Wed, 01 May 2024 12:00:00 GMT'")
     try:
         moment = datetime(
-            int(match["y"]), _MONTHS.index(match["mon"]) + 1, int(match["d"]),
-            int(match["h"]), int(match["mi"]), int(match["s"]), tzinfo=UTC,
+            int(match["y"]),
+            _MONTHS.index(match["mon"]) + 1,
+            int(match["d"]),
+            int(match["h"]),
+            int(match["mi"]),
+            int(match["s"]),
+            tzinfo=UTC,
         )
     except ValueError as exc:
         raise InvalidDatetime("datetime is not a real calendar date") from exc
@@ -67,7 +72,9 @@ def parse_rfc3339(text: str) -> datetime:
     """Parse an RFC 3339 timestamp (an offset is required); returns UTC."""
     match = _RFC3339.fullmatch(text.strip()) if isinstance(text, str) else None
     if not match:
-        raise InvalidDatetime("datetime must be RFC 3339 with an offset, e.g. '2024-05-01T12:00:00Z'")
+        raise InvalidDatetime(
+            "datetime must be RFC 3339 with an offset, e.g. '2024-05-01T12:00:00Z'"
+        )
     frac = (match["frac"] or "")[:7]  # Python keeps microseconds; extra digits are dropped
     tz = "+00:00" if match["tz"] in ("Z", "z") else match["tz"]
     try:
@@ -78,7 +85,12 @@ def parse_rfc3339(text: str) -> datetime:
 
 
 def to_14digit(moment: datetime) -> str:
-    return to_rfc3339(moment.replace(microsecond=0))[:19].replace("-", "").replace(":", "").replace("T", "")
+    return (
+        to_rfc3339(moment.replace(microsecond=0))[:19]
+        .replace("-", "")
+        .replace(":", "")
+        .replace("T", "")
+    )
 
 
 _DURATION = re.compile(
@@ -103,8 +115,11 @@ def add_iso8601_duration(start: datetime, duration: str) -> datetime:
     moved = _add_months(start, months)
     try:
         return moved + timedelta(
-            weeks=parts.get("weeks", 0), days=parts.get("days", 0), hours=parts.get("hours", 0),
-            minutes=parts.get("minutes", 0), seconds=parts.get("seconds", 0),
+            weeks=parts.get("weeks", 0),
+            days=parts.get("days", 0),
+            hours=parts.get("hours", 0),
+            minutes=parts.get("minutes", 0),
+            seconds=parts.get("seconds", 0),
         )
     except OverflowError as exc:
         raise InvalidDatetime("retention duration is out of range") from exc

@@ -162,18 +162,34 @@ class CheckRecord:
     def as_json(self) -> dict[str, Any]:
         """The wire form (``amber drift run --json``, the API): ids, verdict, no page text."""
         return {
-            "id": self.id, "citation_id": self.citation_id, "transcript_id": self.transcript_id,
-            "memento_id": self.memento_id, "uri_r": self.uri_r, "host": self.host,
-            "verdict": self.verdict, "redirected_to": self.redirected_to,
-            "http_status": self.http_status, "checked_at": to_rfc3339(self.checked_at),
+            "id": self.id,
+            "citation_id": self.citation_id,
+            "transcript_id": self.transcript_id,
+            "memento_id": self.memento_id,
+            "uri_r": self.uri_r,
+            "host": self.host,
+            "verdict": self.verdict,
+            "redirected_to": self.redirected_to,
+            "http_status": self.http_status,
+            "checked_at": to_rfc3339(self.checked_at),
             "error": self.error,
-            "timings_ms": {"fetch": self.fetch_ms, "extract": self.extract_ms,
-                           "classify": self.classify_ms},
-            "extractor": self.extractor, "extractor_version": self.extractor_version,
-            "rules_version": self.rules_version, "live_hash": self.live_hash,
-            "found": None if self.location is None else {
-                "start": self.location.start, "end": self.location.end,
-                "method": self.location.method, "score": self.location.score},
+            "timings_ms": {
+                "fetch": self.fetch_ms,
+                "extract": self.extract_ms,
+                "classify": self.classify_ms,
+            },
+            "extractor": self.extractor,
+            "extractor_version": self.extractor_version,
+            "rules_version": self.rules_version,
+            "live_hash": self.live_hash,
+            "found": None
+            if self.location is None
+            else {
+                "start": self.location.start,
+                "end": self.location.end,
+                "method": self.location.method,
+                "score": self.location.score,
+            },
             "reasons": list(self.reasons),
             "new_passage_memento_id": self.new_passage_memento_id,
             "live_document_memento_id": self.live_document_memento_id,
@@ -371,7 +387,9 @@ class DriftService:
         self.archive = archive
         self.index = archive.index
         self.settings: Settings = archive.settings
-        self._rates: OrderedDict[tuple[str, str, int], tuple[float, SourceRate | None]] = OrderedDict()
+        self._rates: OrderedDict[tuple[str, str, int], tuple[float, SourceRate | None]] = (
+            OrderedDict()
+        )
 
     @property
     def policy(self) -> DriftPolicy:
@@ -380,13 +398,20 @@ class DriftService:
     def job(self) -> DriftJob:
         return DriftJob(self)
 
-    def run(self, limit: int | None = None, concurrency: int | None = None,
-            now: datetime | None = None, **options: Any) -> list[CheckRecord]:
+    def run(
+        self,
+        limit: int | None = None,
+        concurrency: int | None = None,
+        now: datetime | None = None,
+        **options: Any,
+    ) -> list[CheckRecord]:
         return self.job().run(limit, concurrency, now, **options)
 
     # -- choosing -------------------------------------------------------------------------
 
-    def due(self, now: datetime, limit: int | None = None, *, tenant: str | None = None) -> list[DueCitation]:
+    def due(
+        self, now: datetime, limit: int | None = None, *, tenant: str | None = None
+    ) -> list[DueCitation]:
         """Citations due for a check at ``now``: never checked first, then the oldest."""
         policy = self.policy
         interval = now - _less_slack(policy.interval_hours)
@@ -396,23 +421,48 @@ class DriftService:
         is_due = or_(
             state.citation_id.is_(None),
             and_(state.last_verdict == UNREACHABLE, state.last_checked_at <= retry),
-            and_(state.last_verdict != UNREACHABLE,
-                 state.stable_streak >= policy.stable_after, state.last_checked_at <= stable),
-            and_(state.last_verdict != UNREACHABLE,
-                 state.stable_streak < policy.stable_after, state.last_checked_at <= interval),
+            and_(
+                state.last_verdict != UNREACHABLE,
+                state.stable_streak >= policy.stable_after,
+                state.last_checked_at <= stable,
+            ),
+            and_(
+                state.last_verdict != UNREACHABLE,
+                state.stable_streak < policy.stable_after,
+                state.last_checked_at <= interval,
+            ),
         )
         query = (
-            select(citations, mementos.c.urir_key, state.last_verdict,
-                   state.last_conclusive_verdict, state.last_new_passage_memento_id,
-                   state.last_new_passage_hash, state.stable_streak, transcripts.c.retain_until)
+            select(
+                citations,
+                mementos.c.urir_key,
+                state.last_verdict,
+                state.last_conclusive_verdict,
+                state.last_new_passage_memento_id,
+                state.last_new_passage_hash,
+                state.stable_streak,
+                transcripts.c.retain_until,
+            )
             .join(mementos, mementos.c.id == citations.c.passage_memento_id)
-            .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
-                                    transcripts.c.id == citations.c.transcript_id))
+            .join(
+                transcripts,
+                and_(
+                    transcripts.c.tenant == citations.c.tenant,
+                    transcripts.c.id == citations.c.transcript_id,
+                ),
+            )
             .outerjoin(drift_state, state.citation_id == citations.c.id)
-            .where(citations.c.selector_json.is_not(None), mementos.c.deleted_at.is_(None),
-                   _is_web(), is_due)
-            .order_by(case((state.last_checked_at.is_(None), 0), else_=1),
-                      state.last_checked_at, citations.c.id)
+            .where(
+                citations.c.selector_json.is_not(None),
+                mementos.c.deleted_at.is_(None),
+                _is_web(),
+                is_due,
+            )
+            .order_by(
+                case((state.last_checked_at.is_(None), 0), else_=1),
+                state.last_checked_at,
+                citations.c.id,
+            )
         )
         if tenant is not None:
             query = query.where(citations.c.tenant == tenant)
@@ -425,24 +475,37 @@ class DriftService:
     def _due_from(self, row: Any) -> DueCitation:
         selector = json.loads(row.selector_json)
         return DueCitation(
-            id=row.id, tenant=row.tenant, transcript_id=row.transcript_id,
-            memento_id=row.passage_memento_id, uri_r=row.document_uri_r, urir_key=row.urir_key,
-            host=host_of(row.urir_key), document_hash=row.document_hash,
+            id=row.id,
+            tenant=row.tenant,
+            transcript_id=row.transcript_id,
+            memento_id=row.passage_memento_id,
+            uri_r=row.document_uri_r,
+            urir_key=row.urir_key,
+            host=host_of(row.urir_key),
+            document_hash=row.document_hash,
             document_media_type=row.document_media_type,
-            headers=json.loads(row.document_headers_json), exact=selector["exact"],
-            prefix=selector.get("prefix") or "", suffix=selector.get("suffix") or "",
-            position=row.position_start, extractor=row.extractor,
-            extractor_version=row.extractor_version, last_verdict=row.last_verdict,
+            headers=json.loads(row.document_headers_json),
+            exact=selector["exact"],
+            prefix=selector.get("prefix") or "",
+            suffix=selector.get("suffix") or "",
+            position=row.position_start,
+            extractor=row.extractor,
+            extractor_version=row.extractor_version,
+            last_verdict=row.last_verdict,
             last_conclusive_verdict=row.last_conclusive_verdict,
             last_new_passage_memento_id=row.last_new_passage_memento_id,
             last_new_passage_hash=row.last_new_passage_hash,
-            stable_streak=row.stable_streak or 0, retain_until=row.retain_until,
+            stable_streak=row.stable_streak or 0,
+            retain_until=row.retain_until,
         )
 
     def not_checkable(self, *, tenant: str | None = None) -> int:
         """Citations this job never checks: their URI-R is not http(s) (e.g. ``kb:``)."""
-        query = select(func.count()).select_from(citations).where(
-            citations.c.selector_json.is_not(None), ~_is_web())
+        query = (
+            select(func.count())
+            .select_from(citations)
+            .where(citations.c.selector_json.is_not(None), ~_is_web())
+        )
         if tenant is not None:
             query = query.where(citations.c.tenant == tenant)
         with self.index.read() as connection:
@@ -459,33 +522,48 @@ class DriftService:
         contents = {a: c for p in batch for a, c in p.contents.items()}
         with self.index.write() as connection:
             outcomes = self.index.insert_mementos(
-                connection, [m for p in batch for m in p.mementos],
+                connection,
+                [m for p in batch for m in p.mementos],
                 revive=lambda address: self.archive.blobs.put(
-                    contents[address], retain_until=self.archive.initial_lock(utc_now())))
+                    contents[address], retain_until=self.archive.initial_lock(utc_now())
+                ),
+            )
             gone = {o.memento.id for o in outcomes if o.memento.deleted_at is not None}
             # A check may link the new passage an earlier check archived: retention may have
             # deleted that one since.
             inserted = {o.memento.id for o in outcomes}
-            linked = {i for r in records for i in (r.new_passage_memento_id, r.live_document_memento_id)
-                      if i and i not in inserted}
+            linked = {
+                i
+                for r in records
+                for i in (r.new_passage_memento_id, r.live_document_memento_id)
+                if i and i not in inserted
+            }
             gone |= self.index.deleted_among(connection, linked)
             records = [_unlink(r, gone) for r in records]
-            self.index.insert_ignoring(connection, drift_checks, [_check_row(r) for r in records],
-                                       conflict=["id"])
+            self.index.insert_ignoring(
+                connection, drift_checks, [_check_row(r) for r in records], conflict=["id"]
+            )
             # What a check archived lives as long as the transcript whose citation it was
             # checked for (retention also finds it through ``_drift_reach``).
             keep: dict[tuple[str, datetime], list[str]] = {}
             for record in records:
-                made = [i for i in (record.new_passage_memento_id, record.live_document_memento_id) if i]
+                made = [
+                    i for i in (record.new_passage_memento_id, record.live_document_memento_id) if i
+                ]
                 if made:
-                    keep.setdefault((record.tenant, due[record.citation_id].retain_until), []).extend(made)
+                    keep.setdefault(
+                        (record.tenant, due[record.citation_id].retain_until), []
+                    ).extend(made)
             for (tenant, until), ids in keep.items():
                 self.index.extend_expiry(connection, tenant, ids, until)
             statement = _upsert(self.index.dialect, drift_state)
             statement = statement.on_conflict_do_update(
                 index_elements=["citation_id"],
-                set_={c.name: statement.excluded[c.name] for c in drift_state.columns
-                      if c.name != "citation_id"},
+                set_={
+                    c.name: statement.excluded[c.name]
+                    for c in drift_state.columns
+                    if c.name != "citation_id"
+                },
                 where=drift_state.c.last_checked_at <= statement.excluded.last_checked_at,
             )
             connection.execute(statement, [_state_row(r, due[r.citation_id]) for r in records])
@@ -502,37 +580,62 @@ class DriftService:
         if record.verdict not in self.policy.review_on:
             return False
         # The same finding as at the last check: a cleared review stays cleared.
-        return not (due.last_conclusive_verdict == record.verdict
-                    and due.last_new_passage_hash == record.new_passage_hash)
+        return not (
+            due.last_conclusive_verdict == record.verdict
+            and due.last_new_passage_hash == record.new_passage_hash
+        )
 
     def _flag(self, connection: Connection, record: CheckRecord) -> None:
-        reason = {"check_id": record.id, "citation_id": record.citation_id,
-                  "verdict": record.verdict, "checked_at": to_rfc3339(record.checked_at),
-                  "uri_r": record.uri_r, "reasons": list(record.reasons)}
-        key = and_(transcript_reviews.c.tenant == record.tenant,
-                   transcript_reviews.c.transcript_id == record.transcript_id)
+        reason = {
+            "check_id": record.id,
+            "citation_id": record.citation_id,
+            "verdict": record.verdict,
+            "checked_at": to_rfc3339(record.checked_at),
+            "uri_r": record.uri_r,
+            "reasons": list(record.reasons),
+        }
+        key = and_(
+            transcript_reviews.c.tenant == record.tenant,
+            transcript_reviews.c.transcript_id == record.transcript_id,
+        )
         row = connection.execute(select(transcript_reviews).where(key)).first()
         if row is None:
-            connection.execute(insert(transcript_reviews).values(
-                tenant=record.tenant, transcript_id=record.transcript_id, needs_review=1,
-                reasons_json=json.dumps([reason]), flagged_at=record.checked_at))
+            connection.execute(
+                insert(transcript_reviews).values(
+                    tenant=record.tenant,
+                    transcript_id=record.transcript_id,
+                    needs_review=1,
+                    reasons_json=json.dumps([reason]),
+                    flagged_at=record.checked_at,
+                )
+            )
             return
         reasons = json.loads(row.reasons_json) if row.needs_review else []
         if any(r.get("check_id") == record.id for r in reasons):
             return
         reasons.append(reason)
-        connection.execute(update(transcript_reviews).where(key).values(
-            needs_review=1, reasons_json=json.dumps(reasons),
-            flagged_at=row.flagged_at if row.needs_review else record.checked_at))
+        connection.execute(
+            update(transcript_reviews)
+            .where(key)
+            .values(
+                needs_review=1,
+                reasons_json=json.dumps(reasons),
+                flagged_at=row.flagged_at if row.needs_review else record.checked_at,
+            )
+        )
 
     # -- reading --------------------------------------------------------------------------
 
     def history(self, tenant: str, citation_id: str, *, limit: int = 100) -> CitationDrift:
         with self.index.read() as connection:
             cited = connection.execute(
-                select(citations.c.id, citations.c.transcript_id, citations.c.passage_memento_id,
-                       citations.c.document_uri_r, citations.c.selector_json)
-                .where(citations.c.tenant == tenant, citations.c.id == citation_id)
+                select(
+                    citations.c.id,
+                    citations.c.transcript_id,
+                    citations.c.passage_memento_id,
+                    citations.c.document_uri_r,
+                    citations.c.selector_json,
+                ).where(citations.c.tenant == tenant, citations.c.id == citation_id)
             ).first()
             if cited is None:
                 raise CitationNotFound("no citation with this id")
@@ -545,8 +648,9 @@ class DriftService:
         checks = [_record_from(r) for r in rows]
         if cited.selector_json is None:  # tombstoned by retention: no passage text, old or new
             checks = [replace(c, diff=None) for c in checks]
-        return CitationDrift(cited.id, cited.transcript_id, cited.passage_memento_id,
-                             cited.document_uri_r, checks)
+        return CitationDrift(
+            cited.id, cited.transcript_id, cited.passage_memento_id, cited.document_uri_r, checks
+        )
 
     def latest(self, tenant: str, citation_ids: Iterable[str]) -> dict[str, CheckRecord]:
         """The latest check of each of ``citation_ids`` that has one."""
@@ -561,27 +665,43 @@ class DriftService:
             ).all()
         return {row.citation_id: _record_from(row) for row in rows}
 
-    def source_rates(self, tenant: str, *, window_days: int | None = None,
-                     now: datetime | None = None, hosts: Iterable[str] | None = None) -> list[SourceRate]:
+    def source_rates(
+        self,
+        tenant: str,
+        *,
+        window_days: int | None = None,
+        now: datetime | None = None,
+        hosts: Iterable[str] | None = None,
+    ) -> list[SourceRate]:
         """Per host: of the citations checked conclusively in the window, how many had
         eroded at their latest check. Sorted by rate (highest first), then host."""
         window = window_days or self.policy.window_days
         if window < 1:
             raise InvalidInput("window_days must be at least 1")
         since = (now or utc_now()) - timedelta(days=window)
-        conclusive = and_(drift_checks.c.tenant == tenant, drift_checks.c.checked_at >= since,
-                          drift_checks.c.verdict != UNREACHABLE)
+        conclusive = and_(
+            drift_checks.c.tenant == tenant,
+            drift_checks.c.checked_at >= since,
+            drift_checks.c.verdict != UNREACHABLE,
+        )
         wanted = list(hosts) if hosts is not None else None
         if wanted is not None:
             conclusive = and_(conclusive, drift_checks.c.host.in_(wanted))
         latest = (
             select(drift_checks.c.citation_id, func.max(drift_checks.c.checked_at).label("at"))
-            .where(conclusive).group_by(drift_checks.c.citation_id).subquery()
+            .where(conclusive)
+            .group_by(drift_checks.c.citation_id)
+            .subquery()
         )
         query = (
             select(drift_checks.c.host, drift_checks.c.verdict, func.count().label("n"))
-            .join(latest, and_(latest.c.citation_id == drift_checks.c.citation_id,
-                               latest.c.at == drift_checks.c.checked_at))
+            .join(
+                latest,
+                and_(
+                    latest.c.citation_id == drift_checks.c.citation_id,
+                    latest.c.at == drift_checks.c.checked_at,
+                ),
+            )
             .where(conclusive)
             .group_by(drift_checks.c.host, drift_checks.c.verdict)
         )
@@ -590,8 +710,12 @@ class DriftService:
             for row in connection.execute(query):
                 per_host.setdefault(row.host, {})[row.verdict] = int(row.n)
         rates = [
-            SourceRate(host, sum(v.values()), sum(n for k, n in v.items() if k in ERODED),
-                       {k: v.get(k, 0) for k in VERDICTS if k != UNREACHABLE})
+            SourceRate(
+                host,
+                sum(v.values()),
+                sum(n for k, n in v.items() if k in ERODED),
+                {k: v.get(k, 0) for k in VERDICTS if k != UNREACHABLE},
+            )
             for host, v in per_host.items()
         ]
         return sorted(rates, key=lambda r: (-r.rate, r.host))
@@ -615,27 +739,53 @@ class DriftService:
     def review(self, tenant: str, transcript_id: str) -> Review:
         self.archive.transcripts.get(tenant, transcript_id)  # unknown transcript → 404
         with self.index.read() as connection:
-            row = connection.execute(select(transcript_reviews).where(
-                transcript_reviews.c.tenant == tenant,
-                transcript_reviews.c.transcript_id == transcript_id)).first()
+            row = connection.execute(
+                select(transcript_reviews).where(
+                    transcript_reviews.c.tenant == tenant,
+                    transcript_reviews.c.transcript_id == transcript_id,
+                )
+            ).first()
         return _review_from(row) if row else _no_review(tenant, transcript_id)
 
-    def transcripts(self, tenant: str, *, needs_review: bool | None = None,
-                    after: str | None = None, limit: int = 100) -> list[tuple[Transcript, Review]]:
+    def transcripts(
+        self,
+        tenant: str,
+        *,
+        needs_review: bool | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[tuple[Transcript, Review]]:
         """Transcripts of ``tenant`` with their review state, by id; filtered when asked."""
         flag = func.coalesce(transcript_reviews.c.needs_review, 0)
         t = transcripts.c
         query = (
-            select(t.id, t.created_at, t.updated_at, t.retention, t.retain_until, t.labels_json,
-                   t.legal_hold, transcript_reviews.c.transcript_id, transcript_reviews.c.tenant,
-                   transcript_reviews.c.needs_review, transcript_reviews.c.reasons_json,
-                   transcript_reviews.c.flagged_at, transcript_reviews.c.cleared_by,
-                   transcript_reviews.c.cleared_note, transcript_reviews.c.cleared_at)
-            .outerjoin(transcript_reviews, and_(
-                transcript_reviews.c.tenant == transcripts.c.tenant,
-                transcript_reviews.c.transcript_id == transcripts.c.id))
+            select(
+                t.id,
+                t.created_at,
+                t.updated_at,
+                t.retention,
+                t.retain_until,
+                t.labels_json,
+                t.legal_hold,
+                transcript_reviews.c.transcript_id,
+                transcript_reviews.c.tenant,
+                transcript_reviews.c.needs_review,
+                transcript_reviews.c.reasons_json,
+                transcript_reviews.c.flagged_at,
+                transcript_reviews.c.cleared_by,
+                transcript_reviews.c.cleared_note,
+                transcript_reviews.c.cleared_at,
+            )
+            .outerjoin(
+                transcript_reviews,
+                and_(
+                    transcript_reviews.c.tenant == transcripts.c.tenant,
+                    transcript_reviews.c.transcript_id == transcripts.c.id,
+                ),
+            )
             .where(transcripts.c.tenant == tenant)
-            .order_by(transcripts.c.id).limit(limit)
+            .order_by(transcripts.c.id)
+            .limit(limit)
         )
         if needs_review is not None:
             query = query.where(flag == (1 if needs_review else 0))
@@ -646,10 +796,18 @@ class DriftService:
         found = []
         for row in rows:
             transcript = Transcript(
-                tenant=tenant, id=row.id, created_at=row.created_at, updated_at=row.updated_at,
-                retention=row.retention, retain_until=row.retain_until,
-                labels=json.loads(row.labels_json), legal_hold=bool(row.legal_hold))
-            review = _review_from(row) if row.transcript_id is not None else _no_review(tenant, row.id)
+                tenant=tenant,
+                id=row.id,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+                retention=row.retention,
+                retain_until=row.retain_until,
+                labels=json.loads(row.labels_json),
+                legal_hold=bool(row.legal_hold),
+            )
+            review = (
+                _review_from(row) if row.transcript_id is not None else _no_review(tenant, row.id)
+            )
             found.append((transcript, review))
         return found
 
@@ -661,27 +819,54 @@ class DriftService:
             raise InvalidInput("the note must be text without control characters")
         self.archive.transcripts.get(tenant, transcript_id)
         now = utc_now()
-        key = and_(transcript_reviews.c.tenant == tenant,
-                   transcript_reviews.c.transcript_id == transcript_id)
+        key = and_(
+            transcript_reviews.c.tenant == tenant,
+            transcript_reviews.c.transcript_id == transcript_id,
+        )
         with self.index.write() as connection:
             row = connection.execute(select(transcript_reviews).where(key)).first()
-            cleared = {"needs_review": 0, "cleared_by": key_id, "cleared_note": note,
-                       "cleared_at": now}
+            cleared = {
+                "needs_review": 0,
+                "cleared_by": key_id,
+                "cleared_note": note,
+                "cleared_at": now,
+            }
             if row is None:
-                connection.execute(insert(transcript_reviews).values(
-                    tenant=tenant, transcript_id=transcript_id, reasons_json="[]", **cleared))
+                connection.execute(
+                    insert(transcript_reviews).values(
+                        tenant=tenant, transcript_id=transcript_id, reasons_json="[]", **cleared
+                    )
+                )
             else:
                 connection.execute(update(transcript_reviews).where(key).values(**cleared))
             reasons = json.loads(row.reasons_json) if row is not None and row.needs_review else []
-            connection.execute(insert(admin_log).values(
-                id=secrets.token_hex(16), tenant=tenant, key_id=key_id, action="review.clear",
-                target_kind="transcript", target_id=transcript_id, reason=note,
-                detail_json=json.dumps({"cleared_checks": [r.get("check_id") for r in reasons]}),
-                at=now))
+            connection.execute(
+                insert(admin_log).values(
+                    id=secrets.token_hex(16),
+                    tenant=tenant,
+                    key_id=key_id,
+                    action="review.clear",
+                    target_kind="transcript",
+                    target_id=transcript_id,
+                    reason=note,
+                    detail_json=json.dumps(
+                        {"cleared_checks": [r.get("check_id") for r in reasons]}
+                    ),
+                    at=now,
+                )
+            )
             row = connection.execute(select(transcript_reviews).where(key)).first()
         assert row is not None
-        log.info(json.dumps({"event": "drift.review_cleared", "tenant": tenant,
-                             "transcript_id": transcript_id, "key_id": key_id}))
+        log.info(
+            json.dumps(
+                {
+                    "event": "drift.review_cleared",
+                    "tenant": tenant,
+                    "transcript_id": transcript_id,
+                    "key_id": key_id,
+                }
+            )
+        )
         return _review_from(row)
 
 
@@ -698,28 +883,50 @@ class DriftJob:
         self.context_chars = self.settings.citations.context_chars
         self.keep_document = self.settings.citations.keep_document
 
-    def run(self, limit: int | None = None, concurrency: int | None = None,
-            now: datetime | None = None, *, tenant: str | None = None,
-            on_plan: Callable[[int], None] | None = None,
-            on_check: Callable[[CheckRecord], None] | None = None) -> list[CheckRecord]:
+    def run(
+        self,
+        limit: int | None = None,
+        concurrency: int | None = None,
+        now: datetime | None = None,
+        *,
+        tenant: str | None = None,
+        on_plan: Callable[[int], None] | None = None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+    ) -> list[CheckRecord]:
         """Check the citations due at ``now`` (default: the clock); return the checks stored.
 
         ``now`` stands in for the clock when choosing what is due and when stamping checks
         (tests use it to be "two days later"); mementos keep the real fetch time."""
-        return self.run_summary(limit, concurrency, now, tenant=tenant, on_plan=on_plan,
-                                on_check=on_check).checks
+        return self.run_summary(
+            limit, concurrency, now, tenant=tenant, on_plan=on_plan, on_check=on_check
+        ).checks
 
-    def run_summary(self, limit: int | None = None, concurrency: int | None = None,
-                    now: datetime | None = None, *, tenant: str | None = None,
-                    on_plan: Callable[[int], None] | None = None,
-                    on_check: Callable[[CheckRecord], None] | None = None) -> RunSummary:
-        return asyncio.run(self.run_async(limit, concurrency, now, tenant=tenant,
-                                          on_plan=on_plan, on_check=on_check))
+    def run_summary(
+        self,
+        limit: int | None = None,
+        concurrency: int | None = None,
+        now: datetime | None = None,
+        *,
+        tenant: str | None = None,
+        on_plan: Callable[[int], None] | None = None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+    ) -> RunSummary:
+        return asyncio.run(
+            self.run_async(
+                limit, concurrency, now, tenant=tenant, on_plan=on_plan, on_check=on_check
+            )
+        )
 
-    async def run_async(self, limit: int | None = None, concurrency: int | None = None,
-                        now: datetime | None = None, *, tenant: str | None = None,
-                        on_plan: Callable[[int], None] | None = None,
-                        on_check: Callable[[CheckRecord], None] | None = None) -> RunSummary:
+    async def run_async(
+        self,
+        limit: int | None = None,
+        concurrency: int | None = None,
+        now: datetime | None = None,
+        *,
+        tenant: str | None = None,
+        on_plan: Callable[[int], None] | None = None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+    ) -> RunSummary:
         if limit is not None and limit < 0:
             raise InvalidInput("limit must not be negative")
         started = time.monotonic()
@@ -738,18 +945,34 @@ class DriftJob:
 
         run = _Run(self, run_id, clock, concurrency or self.policy.concurrency, on_check)
         checks = await run.execute(list(groups.values()))
-        log.info(json.dumps({"event": "drift.run", "run_id": run_id, "due": len(due),
-                             "uri_rs": len(groups), "checked": len(checks),
-                             "failed": run.failed, "not_checkable": not_checkable,
-                             "seconds": round(time.monotonic() - started, 3)}))
+        log.info(
+            json.dumps(
+                {
+                    "event": "drift.run",
+                    "run_id": run_id,
+                    "due": len(due),
+                    "uri_rs": len(groups),
+                    "checked": len(checks),
+                    "failed": run.failed,
+                    "not_checkable": not_checkable,
+                    "seconds": round(time.monotonic() - started, 3),
+                }
+            )
+        )
         return RunSummary(checks, not_checkable, len(due), len(groups), run.failed)
 
 
 class _Run:
     """State of one run: the shared client, host gates, probes and the commit queue."""
 
-    def __init__(self, job: DriftJob, run_id: str, clock: Callable[[], datetime],
-                 concurrency: int, on_check: Callable[[CheckRecord], None] | None) -> None:
+    def __init__(
+        self,
+        job: DriftJob,
+        run_id: str,
+        clock: Callable[[], datetime],
+        concurrency: int,
+        on_check: Callable[[CheckRecord], None] | None,
+    ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency must be at least 1")
         self.job = job
@@ -759,7 +982,8 @@ class _Run:
         self.clock = clock
         self.on_check = on_check
         self.fetch_settings = job.settings.with_overrides(
-            fetch_timeout_seconds=job.policy.timeout_seconds)
+            fetch_timeout_seconds=job.policy.timeout_seconds
+        )
         self.concurrency = concurrency
         self.executor = ThreadPoolExecutor(concurrency + 4, thread_name_prefix="amber-drift")
         self.failed = 0
@@ -816,20 +1040,31 @@ class _Run:
                         self.on_check(record)
 
     def _log(self, record: CheckRecord) -> None:
-        log.info(json.dumps({
-            "event": "drift.check", "run_id": record.run_id, "tenant": record.tenant,
-            "citation_id": record.citation_id, "host": record.host, "verdict": record.verdict,
-            "http_status": record.http_status, "fetch_ms": record.fetch_ms,
-            "flagged": record.flagged,
-        }, sort_keys=True))
+        log.info(
+            json.dumps(
+                {
+                    "event": "drift.check",
+                    "run_id": record.run_id,
+                    "tenant": record.tenant,
+                    "citation_id": record.citation_id,
+                    "host": record.host,
+                    "verdict": record.verdict,
+                    "http_status": record.http_status,
+                    "fetch_ms": record.fetch_ms,
+                    "flagged": record.flagged,
+                },
+                sort_keys=True,
+            )
+        )
 
     # -- one URI-R ------------------------------------------------------------------------
 
     def _gate(self, host: str) -> _HostGate:
         gate = self.gates.get(host)
         if gate is None:
-            gate = self.gates[host] = _HostGate(self.policy.host_concurrency,
-                                                self.policy.host_delay_seconds)
+            gate = self.gates[host] = _HostGate(
+                self.policy.host_concurrency, self.policy.host_delay_seconds
+            )
         return gate
 
     async def _fetch(self, url: str, host: str, headers: dict[str, str]) -> _Live:
@@ -837,11 +1072,15 @@ class _Run:
         async with self._gate(host).slot():
             started = time.monotonic()
             try:
-                document = await fetch_async(url, self.fetch_settings, headers=headers,
-                                             client=self.client)
+                document = await fetch_async(
+                    url, self.fetch_settings, headers=headers, client=self.client
+                )
             except AmberError as error:
-                return _Live(None, f"{error.code}: {error.message}",
-                             round((time.monotonic() - started) * 1000))
+                return _Live(
+                    None,
+                    f"{error.code}: {error.message}",
+                    round((time.monotonic() - started) * 1000),
+                )
         return _Live(document, None, document.elapsed_ms)
 
     async def _group(self, group: list[DueCitation]) -> None:
@@ -859,14 +1098,23 @@ class _Run:
                     pending.contents.update(live.contents)
         except Exception as error:
             self.failed += len(group)
-            log.error(json.dumps({"event": "drift.failed", "run_id": self.run_id,
-                                  "host": first.host, "citation_ids": [c.id for c in group],
-                                  "error": type(error).__name__}))
+            log.error(
+                json.dumps(
+                    {
+                        "event": "drift.failed",
+                        "run_id": self.run_id,
+                        "host": first.host,
+                        "citation_ids": [c.id for c in group],
+                        "error": type(error).__name__,
+                    }
+                )
+            )
             return
         await self.queue.put(pending)
 
-    def _analyse(self, cited: DueCitation, live: _Live,
-                 soft404: Soft404Signals | None) -> tuple[CheckOutcome, int]:
+    def _analyse(
+        self, cited: DueCitation, live: _Live, soft404: Soft404Signals | None
+    ) -> tuple[CheckOutcome, int]:
         """Hash, extract (once per URI-R, only when some citation needs the text) and
         classify; CPU work, run in a worker thread. Returns the outcome and its time."""
         document = live.document
@@ -891,7 +1139,9 @@ class _Run:
                 live.extracted = extract_text(document.body, media_type, cache_key=live.live_hash)
             except AmberError:
                 return  # not text we can read: the rules see no live text
-            live.prepared = prepare(live.extracted.text, pdf=live.extracted.extractor == PDF_EXTRACTOR)
+            live.prepared = prepare(
+                live.extracted.text, pdf=live.extracted.extractor == PDF_EXTRACTOR
+            )
             try:
                 live.title = _rules().html_title(document.body, media_type)
             except Exception:  # a title is only a hint
@@ -906,9 +1156,13 @@ class _Run:
         if live.soft404 is None:
             probe_text = await self._probe(cited) if self.policy.soft_404_probe else None
             live.soft404 = _rules().soft_404_signals(
-                requested_url=cited.uri_r, final_url=document.final_url, status=document.status,
-                title=live.title, text=live.extracted.text if live.extracted else "",
-                probe_text=probe_text)
+                requested_url=cited.uri_r,
+                final_url=document.final_url,
+                status=document.status,
+                title=live.title,
+                text=live.extracted.text if live.extracted else "",
+                probe_text=probe_text,
+            )
         return live.soft404
 
     def _probe(self, cited: DueCitation) -> Awaitable[str | None]:
@@ -926,7 +1180,8 @@ class _Run:
             return None
         try:
             extracted = await self._thread(
-                extract_text, document.body, document.content_type or "text/html")
+                extract_text, document.body, document.content_type or "text/html"
+            )
         except AmberError:
             return None
         return extracted.text
@@ -944,54 +1199,88 @@ class _Run:
         made: list[Memento] = []
         passage_id = document_id = passage_hash = None
         location = _location(outcome)
-        if (document is not None and verdict in CHANGED_PASSAGE and location is not None
-                and live.extracted is not None):
+        if (
+            document is not None
+            and verdict in CHANGED_PASSAGE
+            and location is not None
+            and live.extracted is not None
+        ):
             passage_hash, passage_id, made = await self._thread(
-                self._new_mementos, cited, document, live, location)
+                self._new_mementos, cited, document, live, location
+            )
             document_id = next((m.id for m in made if m.scope is Scope.DOCUMENT), None)
         reasons = [str(r) for r in outcome.reasons or ()]
         extracted = live.extracted
         if extracted is not None and (extracted.extractor, extracted.extractor_version) != (
-                cited.extractor, cited.extractor_version):
-            reasons.append(f"extractor changed since the citation: {cited.extractor} "
-                           f"{cited.extractor_version} -> {extracted.extractor} "
-                           f"{extracted.extractor_version}")
+            cited.extractor,
+            cited.extractor_version,
+        ):
+            reasons.append(
+                f"extractor changed since the citation: {cited.extractor} "
+                f"{cited.extractor_version} -> {extracted.extractor} "
+                f"{extracted.extractor_version}"
+            )
         identity = "\n".join((cited.tenant, cited.id, self.run_id, to_rfc3339(checked_at)))
         record = CheckRecord(
-            id=blake3.blake3(identity.encode()).hexdigest()[:32], tenant=cited.tenant,
-            citation_id=cited.id, transcript_id=cited.transcript_id, memento_id=cited.memento_id,
-            uri_r=cited.uri_r, host=cited.host, run_id=self.run_id, checked_at=checked_at,
-            verdict=verdict, redirected_to=_redirected_to(cited, document),
-            http_status=document.status if document else None, error=live.error,
-            fetch_ms=live.fetch_ms, extract_ms=live.extract_ms, classify_ms=classify_ms,
+            id=blake3.blake3(identity.encode()).hexdigest()[:32],
+            tenant=cited.tenant,
+            citation_id=cited.id,
+            transcript_id=cited.transcript_id,
+            memento_id=cited.memento_id,
+            uri_r=cited.uri_r,
+            host=cited.host,
+            run_id=self.run_id,
+            checked_at=checked_at,
+            verdict=verdict,
+            redirected_to=_redirected_to(cited, document),
+            http_status=document.status if document else None,
+            error=live.error,
+            fetch_ms=live.fetch_ms,
+            extract_ms=live.extract_ms,
+            classify_ms=classify_ms,
             extractor=extracted.extractor if extracted else None,
             extractor_version=extracted.extractor_version if extracted else None,
-            rules_version=_rules().RULES_VERSION, live_hash=live.live_hash, location=location,
-            reasons=tuple(reasons), diff=_jsonable(outcome.diff),
-            new_passage_memento_id=passage_id, live_document_memento_id=document_id,
+            rules_version=_rules().RULES_VERSION,
+            live_hash=live.live_hash,
+            location=location,
+            reasons=tuple(reasons),
+            diff=_jsonable(outcome.diff),
+            new_passage_memento_id=passage_id,
+            live_document_memento_id=document_id,
             new_passage_hash=passage_hash,
         )
         return record, made
 
-    def _classify(self, cited: DueCitation, live: _Live, soft404: Soft404Signals | None) -> CheckOutcome:
+    def _classify(
+        self, cited: DueCitation, live: _Live, soft404: Soft404Signals | None
+    ) -> CheckOutcome:
         document = live.document
         return _rules().classify(
-            status=document.status if document else None, error=live.error,
-            live_hash=live.live_hash, recorded_hash=cited.document_hash,
+            status=document.status if document else None,
+            error=live.error,
+            live_hash=live.live_hash,
+            recorded_hash=cited.document_hash,
             not_modified=document is not None and document.status == 304,
-            live_text=live.prepared, old_exact=cited.exact, prefix=cited.prefix,
-            suffix=cited.suffix, position=cited.position, soft404=soft404,
+            live_text=live.prepared,
+            old_exact=cited.exact,
+            prefix=cited.prefix,
+            suffix=cited.suffix,
+            position=cited.position,
+            soft404=soft404,
         )
 
-    def _new_mementos(self, cited: DueCitation, document: FetchedDocument, live: _Live,
-                      location: Location) -> tuple[str | None, str | None, list[Memento]]:
+    def _new_mementos(
+        self, cited: DueCitation, document: FetchedDocument, live: _Live, location: Location
+    ) -> tuple[str | None, str | None, list[Memento]]:
         """What the live page now says in the passage's place (and the page, if kept):
         ``(passage hash, passage memento id, mementos to store)``. The same new passage as
         at the last check is not archived again: the check links the earlier memento."""
         assert live.extracted is not None
         text = live.extracted.text
         context = self.job.context_chars
-        passage_bytes = text[max(0, location.start - context):location.end + context].encode("utf-8")
+        passage_bytes = text[max(0, location.start - context) : location.end + context].encode(
+            "utf-8"
+        )
         if not passage_bytes:
             return None, None, []
         passage_hash = content_address(passage_bytes)
@@ -1001,8 +1290,12 @@ class _Run:
             headers = select_headers(document.headers)
         except AmberError:
             headers = {}
-        facts = CaptureFacts(tool=DRIFT_TOOL, final_url=document.final_url,
-                             http_status=document.status, headers=headers)
+        facts = CaptureFacts(
+            tool=DRIFT_TOOL,
+            final_url=document.final_url,
+            http_status=document.status,
+            headers=headers,
+        )
         captured_at = document.fetched_at.replace(microsecond=0)
         blobs = self.service.archive.blobs
         now = utc_now()
@@ -1013,10 +1306,18 @@ class _Run:
             live.contents[blob.address] = content
             return Memento(
                 id=memento_id(cited.tenant, cited.urir_key, captured_at, blob.address),
-                tenant=cited.tenant, uri_r=cited.uri_r, urir_key=cited.urir_key,
-                captured_at=captured_at, archived_at=now, content_hash=blob.address,
-                blob_version_id=blob.version_id, media_type=media_type, size=blob.size,
-                scope=scope, facts=facts)
+                tenant=cited.tenant,
+                uri_r=cited.uri_r,
+                urir_key=cited.urir_key,
+                captured_at=captured_at,
+                archived_at=now,
+                content_hash=blob.address,
+                blob_version_id=blob.version_id,
+                media_type=media_type,
+                size=blob.size,
+                scope=scope,
+                facts=facts,
+            )
 
         made = [make(passage_bytes, PASSAGE_MEDIA_TYPE, Scope.PASSAGE)]
         if self.job.keep_document:
@@ -1047,7 +1348,9 @@ def _interleave(groups: list[list[DueCitation]]) -> list[list[DueCitation]]:
 
 def _conditional(group: Sequence[DueCitation]) -> dict[str, str]:
     """Validators from the capture facts, only when every citation cites the same capture."""
-    captures = {(c.document_hash, c.headers.get("etag"), c.headers.get("last-modified")) for c in group}
+    captures = {
+        (c.document_hash, c.headers.get("etag"), c.headers.get("last-modified")) for c in group
+    }
     if len(captures) != 1:
         return {}
     _, etag, modified = next(iter(captures))
@@ -1075,8 +1378,12 @@ def _location(outcome: CheckOutcome) -> Location | None:
     if found is None:
         return None
     score = getattr(found, "score", None)
-    return Location(int(found.start), int(found.end), str(found.method),
-                    float(score) if score is not None else None)
+    return Location(
+        int(found.start),
+        int(found.end),
+        str(found.method),
+        float(score) if score is not None else None,
+    )
 
 
 def _unlink(record: CheckRecord, deleted: set[str]) -> CheckRecord:
@@ -1084,10 +1391,13 @@ def _unlink(record: CheckRecord, deleted: set[str]) -> CheckRecord:
     if record.new_passage_memento_id in deleted or record.live_document_memento_id in deleted:
         return replace(
             record,
-            new_passage_memento_id=None if record.new_passage_memento_id in deleted
+            new_passage_memento_id=None
+            if record.new_passage_memento_id in deleted
             else record.new_passage_memento_id,
-            live_document_memento_id=None if record.live_document_memento_id in deleted
-            else record.live_document_memento_id)
+            live_document_memento_id=None
+            if record.live_document_memento_id in deleted
+            else record.live_document_memento_id,
+        )
     return record
 
 
@@ -1095,9 +1405,13 @@ def _drift_reach(ids: Any) -> list[Any]:
     """Retention: a memento a drift check archived is reached by the checked citation's
     transcript (its retention and legal hold apply). ``ids``: a subquery of memento ids."""
     return [
-        select(column.label("memento_id"), drift_checks.c.tenant, drift_checks.c.transcript_id)
-        .where(column.in_(ids))
-        for column in (drift_checks.c.new_passage_memento_id, drift_checks.c.live_document_memento_id)
+        select(
+            column.label("memento_id"), drift_checks.c.tenant, drift_checks.c.transcript_id
+        ).where(column.in_(ids))
+        for column in (
+            drift_checks.c.new_passage_memento_id,
+            drift_checks.c.live_document_memento_id,
+        )
     ]
 
 
@@ -1118,26 +1432,44 @@ def _state_row(record: CheckRecord, due: DueCitation) -> dict[str, Any]:
     else:
         streak = due.stable_streak
     return {
-        "citation_id": record.citation_id, "tenant": record.tenant,
-        "last_check_id": record.id, "last_checked_at": record.checked_at,
+        "citation_id": record.citation_id,
+        "tenant": record.tenant,
+        "last_check_id": record.id,
+        "last_checked_at": record.checked_at,
         "last_verdict": record.verdict,
         "last_conclusive_verdict": record.verdict if conclusive else due.last_conclusive_verdict,
-        "last_new_passage_memento_id": (record.new_passage_memento_id if conclusive
-                                        else due.last_new_passage_memento_id),
-        "last_new_passage_hash": record.new_passage_hash if conclusive else due.last_new_passage_hash,
+        "last_new_passage_memento_id": (
+            record.new_passage_memento_id if conclusive else due.last_new_passage_memento_id
+        ),
+        "last_new_passage_hash": record.new_passage_hash
+        if conclusive
+        else due.last_new_passage_hash,
         "stable_streak": streak,
     }
 
 
 def _check_row(r: CheckRecord) -> dict[str, Any]:
     return {
-        "id": r.id, "tenant": r.tenant, "citation_id": r.citation_id,
-        "transcript_id": r.transcript_id, "memento_id": r.memento_id, "uri_r": r.uri_r,
-        "host": r.host, "run_id": r.run_id, "checked_at": r.checked_at, "verdict": r.verdict,
-        "redirected_to": r.redirected_to, "http_status": r.http_status, "error": r.error,
-        "fetch_ms": r.fetch_ms, "extract_ms": r.extract_ms, "classify_ms": r.classify_ms,
-        "extractor": r.extractor, "extractor_version": r.extractor_version,
-        "rules_version": r.rules_version, "live_hash": r.live_hash,
+        "id": r.id,
+        "tenant": r.tenant,
+        "citation_id": r.citation_id,
+        "transcript_id": r.transcript_id,
+        "memento_id": r.memento_id,
+        "uri_r": r.uri_r,
+        "host": r.host,
+        "run_id": r.run_id,
+        "checked_at": r.checked_at,
+        "verdict": r.verdict,
+        "redirected_to": r.redirected_to,
+        "http_status": r.http_status,
+        "error": r.error,
+        "fetch_ms": r.fetch_ms,
+        "extract_ms": r.extract_ms,
+        "classify_ms": r.classify_ms,
+        "extractor": r.extractor,
+        "extractor_version": r.extractor_version,
+        "rules_version": r.rules_version,
+        "live_hash": r.live_hash,
         "found_start": r.location.start if r.location else None,
         "found_end": r.location.end if r.location else None,
         "found_method": r.location.method if r.location else None,
@@ -1154,13 +1486,27 @@ def _record_from(row: Any) -> CheckRecord:
     if row.found_start is not None and row.found_end is not None:
         location = Location(row.found_start, row.found_end, row.found_method or "", row.found_score)
     return CheckRecord(
-        id=row.id, tenant=row.tenant, citation_id=row.citation_id,
-        transcript_id=row.transcript_id, memento_id=row.memento_id, uri_r=row.uri_r,
-        host=row.host, run_id=row.run_id, checked_at=row.checked_at, verdict=row.verdict,
-        redirected_to=row.redirected_to, http_status=row.http_status, error=row.error,
-        fetch_ms=row.fetch_ms, extract_ms=row.extract_ms, classify_ms=row.classify_ms,
-        extractor=row.extractor, extractor_version=row.extractor_version,
-        rules_version=row.rules_version, live_hash=row.live_hash, location=location,
+        id=row.id,
+        tenant=row.tenant,
+        citation_id=row.citation_id,
+        transcript_id=row.transcript_id,
+        memento_id=row.memento_id,
+        uri_r=row.uri_r,
+        host=row.host,
+        run_id=row.run_id,
+        checked_at=row.checked_at,
+        verdict=row.verdict,
+        redirected_to=row.redirected_to,
+        http_status=row.http_status,
+        error=row.error,
+        fetch_ms=row.fetch_ms,
+        extract_ms=row.extract_ms,
+        classify_ms=row.classify_ms,
+        extractor=row.extractor,
+        extractor_version=row.extractor_version,
+        rules_version=row.rules_version,
+        live_hash=row.live_hash,
+        location=location,
         reasons=tuple(json.loads(row.reasons_json)),
         diff=json.loads(row.diff_json) if row.diff_json is not None else None,
         new_passage_memento_id=row.new_passage_memento_id,
@@ -1170,9 +1516,13 @@ def _record_from(row: Any) -> CheckRecord:
 
 def _review_from(row: Any) -> Review:
     return Review(
-        tenant=row.tenant, transcript_id=row.transcript_id, needs_review=bool(row.needs_review),
+        tenant=row.tenant,
+        transcript_id=row.transcript_id,
+        needs_review=bool(row.needs_review),
         reasons=json.loads(row.reasons_json) if row.needs_review else [],
-        flagged_at=row.flagged_at, cleared_by=row.cleared_by, cleared_note=row.cleared_note,
+        flagged_at=row.flagged_at,
+        cleared_by=row.cleared_by,
+        cleared_note=row.cleared_note,
         cleared_at=row.cleared_at,
     )
 

@@ -251,7 +251,9 @@ def find_passage(
     """Where ``old_exact`` (or what became of it) is in ``live``; ``None`` if nothing is similar
     enough (the passage was deleted). See the module docstring."""
     try:
-        match = locate(live, old_exact, prefix=prefix or None, suffix=suffix or None, position=position)
+        match = locate(
+            live, old_exact, prefix=prefix or None, suffix=suffix or None, position=position
+        )
     except QuoteNotFound:
         match = None
     if match is not None:
@@ -282,12 +284,14 @@ def _context_disagrees(live: PreparedText, match: QuoteMatch, prefix: str, suffi
     if prefix:
         want = normalise(prefix, pdf=pdf)[-16:]
         if want:
-            have = normalise(live.text[max(0, match.start - 4 * len(want) - 16):match.start], pdf=pdf)
+            have = normalise(
+                live.text[max(0, match.start - 4 * len(want) - 16) : match.start], pdf=pdf
+            )
             checks.append(have.endswith(want))
     if suffix:
         want = normalise(suffix, pdf=pdf)[:16]
         if want:
-            have = normalise(live.text[match.end:match.end + 4 * len(want) + 16], pdf=pdf)
+            have = normalise(live.text[match.end : match.end + 4 * len(want) + 16], pdf=pdf)
             checks.append(have.startswith(want))
     return bool(checks) and not any(checks)
 
@@ -309,9 +313,7 @@ def _occurrences(text: str, needle: str, limit: int) -> list[int] | None:
     return found
 
 
-def _candidates(
-    text: str, quote: str, before: str, after: str, position: int | None
-) -> list[int]:
+def _candidates(text: str, quote: str, before: str, after: str, position: int | None) -> list[int]:
     """Likely start offsets of the (changed) passage in normalised lower-cased ``text``."""
     votes: list[tuple[int, float]] = []
     words = [(m.start(), m.end()) for m in _WORD_SPAN.finditer(quote)]
@@ -320,21 +322,23 @@ def _candidates(
         step = max(1, count // _MAX_SHINGLES)
         picks = set(range(0, count, step)) | {count - 1}
         for i in sorted(picks):
-            piece = quote[words[i][0]:words[i + 2][1]]
+            piece = quote[words[i][0] : words[i + 2][1]]
             if len(piece) < 8:
                 continue
             for at in _occurrences(text, piece, _MAX_HITS) or ():
                 votes.append((at - words[i][0], 1.0))
-    long_words = sorted(
-        (w for w in words if w[1] - w[0] >= 7), key=lambda w: w[0] - w[1]
-    )[:5] if not votes else []  # only when no shingle survived: each find scans the page
+    long_words = (
+        sorted((w for w in words if w[1] - w[0] >= 7), key=lambda w: w[0] - w[1])[:5]
+        if not votes
+        else []
+    )  # only when no shingle survived: each find scans the page
     for begin, end in long_words:
         for at in _occurrences(text, quote[begin:end], 4) or ():
             votes.append((at - begin, 0.5))
     if before:
         tail = before[-32:]
         cut = tail.find(" ")
-        tail = tail[cut + 1:] if 0 <= cut < len(tail) - 8 else tail
+        tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 8 else tail
         for at in _occurrences(text, tail, 4) or ():
             votes.append((at + len(tail) + 1, 2.0))
     if after:
@@ -411,7 +415,9 @@ def _fuzzy(
     a_tokens = _ALIGN_TOKEN.findall(after)[:_CONTEXT_TOKENS] if after else []
     best: tuple[float, float, int, int] | None = None
     for start in starts:
-        span = _align(text, start, quote, q_tokens, b_tokens, a_tokens, require_context=context_only)
+        span = _align(
+            text, start, quote, q_tokens, b_tokens, a_tokens, require_context=context_only
+        )
         if span is None:
             continue
         s, e, sides = span
@@ -463,7 +469,8 @@ def _align(
     if not any(a < end_q and a + size > first_q for a, _, size in blocks):
         return None  # only context matched
     if require_context and not (
-        b_tokens and a_tokens
+        b_tokens
+        and a_tokens
         and any(a < first_q for a, _, _ in blocks)
         and any(a + size > end_q for a, _, size in blocks)
     ):
@@ -544,7 +551,7 @@ def _to_sentence_start(
         if i <= 0:
             return b_start if i < 0 else 0
         previous = region[i - 1]
-        gap = text[matches[i - 1].end():matches[i].start()]
+        gap = text[matches[i - 1].end() : matches[i].start()]
         if previous in _SENTENCE_END or previous in (":", ";") or "\n" in gap:
             return i
     return b_start
@@ -587,11 +594,27 @@ def _inflections(base: str) -> set[str]:
     if " " in base:
         first, rest = base.split(" ", 1)
         return {f"{form} {rest}" for form in _inflections(first)}
-    forms = {base, base + "s", base + "es", base + "ed", base + "d", base + "ing", base + "ly", base + "er", base + "est"}
+    forms = {
+        base,
+        base + "s",
+        base + "es",
+        base + "ed",
+        base + "d",
+        base + "ing",
+        base + "ly",
+        base + "er",
+        base + "est",
+    }
     if base.endswith("e"):
         forms |= {base[:-1] + "ing", base[:-1] + "ion"}
     if base.endswith("y"):
-        forms |= {base[:-1] + "ies", base[:-1] + "ied", base[:-1] + "ily", base[:-1] + "ier", base[:-1] + "iest"}
+        forms |= {
+            base[:-1] + "ies",
+            base[:-1] + "ied",
+            base[:-1] + "ily",
+            base[:-1] + "ier",
+            base[:-1] + "iest",
+        }
     if len(base) >= 3 and base[-1] in "bdglmnprt" and base[-2] in "aeiou":  # permitted, acquitted
         forms |= {base + base[-1] + "ed", base + base[-1] + "ing"}
     return forms
@@ -600,23 +623,106 @@ def _inflections(base: str) -> set[str]:
 # Two poles per group; a group whose poles differ between old and new passage is a reversal.
 _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "outcome": (
-        ("uphold", "upheld", "affirm", "sustain", "confirm", "approve", "grant", "accept",
-         "adopt", "pass", "endorse", "ratify", "enact", "authorise", "authorize", "award",
-         "admit", "win", "won", "succeed", "allow the appeal", "granted", "victory", "cleared",
-         "claim victory", "claimed victory"),
-        ("overturn", "reverse", "vacate", "quash", "set aside", "strike down", "struck down",
-         "overrule", "annul", "invalidate", "dismiss", "deny", "reject", "refuse", "decline",
-         "veto", "repeal", "revoke", "rescind", "withdraw", "withdrew", "withdrawn", "block",
-         "suspend", "lose", "lost", "fail", "throw out", "threw out", "thrown out",
-         "turn down", "turned down", "rule against", "ruled against", "defeat", "concede",
-         "collapse"),
+        (
+            "uphold",
+            "upheld",
+            "affirm",
+            "sustain",
+            "confirm",
+            "approve",
+            "grant",
+            "accept",
+            "adopt",
+            "pass",
+            "endorse",
+            "ratify",
+            "enact",
+            "authorise",
+            "authorize",
+            "award",
+            "admit",
+            "win",
+            "won",
+            "succeed",
+            "allow the appeal",
+            "granted",
+            "victory",
+            "cleared",
+            "claim victory",
+            "claimed victory",
+        ),
+        (
+            "overturn",
+            "reverse",
+            "vacate",
+            "quash",
+            "set aside",
+            "strike down",
+            "struck down",
+            "overrule",
+            "annul",
+            "invalidate",
+            "dismiss",
+            "deny",
+            "reject",
+            "refuse",
+            "decline",
+            "veto",
+            "repeal",
+            "revoke",
+            "rescind",
+            "withdraw",
+            "withdrew",
+            "withdrawn",
+            "block",
+            "suspend",
+            "lose",
+            "lost",
+            "fail",
+            "throw out",
+            "threw out",
+            "thrown out",
+            "turn down",
+            "turned down",
+            "rule against",
+            "ruled against",
+            "defeat",
+            "concede",
+            "collapse",
+        ),
     ),
     "permission": (
-        ("allow", "permit", "authorised", "authorized", "legal", "lawful", "legitimate",
-         "enable", "legalise", "legalize", "lift"),
-        ("prohibit", "forbid", "forbade", "forbidden", "ban", "bar", "disallow", "illegal",
-         "unlawful", "illegitimate", "disable", "outlaw", "restrict", "impose", "criminalise",
-         "criminalize"),
+        (
+            "allow",
+            "permit",
+            "authorised",
+            "authorized",
+            "legal",
+            "lawful",
+            "legitimate",
+            "enable",
+            "legalise",
+            "legalize",
+            "lift",
+        ),
+        (
+            "prohibit",
+            "forbid",
+            "forbade",
+            "forbidden",
+            "ban",
+            "bar",
+            "disallow",
+            "illegal",
+            "unlawful",
+            "illegitimate",
+            "disable",
+            "outlaw",
+            "restrict",
+            "impose",
+            "criminalise",
+            "criminalize",
+        ),
     ),
     "verdict": (
         ("guilty", "convict", "liable", "culpable"),
@@ -624,26 +730,114 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "safety": (
         ("safe", "secure", "harmless", "benign", "nontoxic", "non-toxic", "low-risk"),
-        ("unsafe", "dangerous", "hazardous", "harmful", "toxic", "insecure", "vulnerable",
-         "risky", "high-risk", "malicious"),
+        (
+            "unsafe",
+            "dangerous",
+            "hazardous",
+            "harmful",
+            "toxic",
+            "insecure",
+            "vulnerable",
+            "risky",
+            "high-risk",
+            "malicious",
+        ),
     ),
     "direction": (
-        ("increase", "rise", "rose", "risen", "raise", "grow", "grew", "grown", "gain",
-         "expand", "boost", "climb", "higher", "highest", "more", "greater", "larger",
-         "up", "above", "exceed", "over", "maximum", "upper", "improve", "strengthen",
-         "accelerate", "extend", "lengthen", "surge", "jump", "double", "triple", "soar",
-         "rocket", "spike",
-         "upward", "upwards"),
-        ("decrease", "fall", "fell", "fallen", "drop", "decline", "reduce", "lower",
-         "lowest", "cut", "shrink", "shrank", "less", "fewer", "smaller", "down", "below",
-         "under", "minimum", "worsen", "weaken", "slow", "shorten", "plunge", "slump",
-         "halve", "downward", "downwards", "ease", "dip", "slip", "plummet", "tumble", "sink",
-         "sank", "slash"),
+        (
+            "increase",
+            "rise",
+            "rose",
+            "risen",
+            "raise",
+            "grow",
+            "grew",
+            "grown",
+            "gain",
+            "expand",
+            "boost",
+            "climb",
+            "higher",
+            "highest",
+            "more",
+            "greater",
+            "larger",
+            "up",
+            "above",
+            "exceed",
+            "over",
+            "maximum",
+            "upper",
+            "improve",
+            "strengthen",
+            "accelerate",
+            "extend",
+            "lengthen",
+            "surge",
+            "jump",
+            "double",
+            "triple",
+            "soar",
+            "rocket",
+            "spike",
+            "upward",
+            "upwards",
+        ),
+        (
+            "decrease",
+            "fall",
+            "fell",
+            "fallen",
+            "drop",
+            "decline",
+            "reduce",
+            "lower",
+            "lowest",
+            "cut",
+            "shrink",
+            "shrank",
+            "less",
+            "fewer",
+            "smaller",
+            "down",
+            "below",
+            "under",
+            "minimum",
+            "worsen",
+            "weaken",
+            "slow",
+            "shorten",
+            "plunge",
+            "slump",
+            "halve",
+            "downward",
+            "downwards",
+            "ease",
+            "dip",
+            "slip",
+            "plummet",
+            "tumble",
+            "sink",
+            "sank",
+            "slash",
+        ),
     ),
     "truth": (
         ("true", "correct", "accurate", "valid", "proven", "verified"),
-        ("false", "incorrect", "inaccurate", "invalid", "wrong", "debunked", "disproven",
-         "unverified", "refuted", "untrue", "void", "null and void"),
+        (
+            "false",
+            "incorrect",
+            "inaccurate",
+            "invalid",
+            "wrong",
+            "debunked",
+            "disproven",
+            "unverified",
+            "refuted",
+            "untrue",
+            "void",
+            "null and void",
+        ),
     ),
     "success": (
         ("success", "successful", "effective", "efficacious"),
@@ -662,12 +856,45 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("oppose", "against", "disagree", "dissent", "object", "condemn", "criticise", "criticize"),
     ),
     "status": (
-        ("enable", "enabled", "active", "available", "supported", "recommended", "preferred",
-         "stable", "open", "reopen", "online", "start", "restart", "launch", "current", "valid",
-         "resume"),
-        ("disabled", "inactive", "unavailable", "deprecated", "unsupported", "discouraged",
-         "obsolete", "close", "closed", "offline", "stop", "discontinue", "retire",
-         "retired", "experimental", "unstable", "expired", "legacy"),
+        (
+            "enable",
+            "enabled",
+            "active",
+            "available",
+            "supported",
+            "recommended",
+            "preferred",
+            "stable",
+            "open",
+            "reopen",
+            "online",
+            "start",
+            "restart",
+            "launch",
+            "current",
+            "valid",
+            "resume",
+        ),
+        (
+            "disabled",
+            "inactive",
+            "unavailable",
+            "deprecated",
+            "unsupported",
+            "discouraged",
+            "obsolete",
+            "close",
+            "closed",
+            "offline",
+            "stop",
+            "discontinue",
+            "retire",
+            "retired",
+            "experimental",
+            "unstable",
+            "expired",
+            "legacy",
+        ),
     ),
     "presence": (
         ("present", "presence", "detected", "positive"),
@@ -686,8 +913,15 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "visibility": (("public", "disclosed"), ("private", "confidential", "secret", "undisclosed")),
     "compliance": (
         ("comply", "compliant", "compliance", "conform", "conformity"),
-        ("violate", "violation", "breach", "infringe", "contravene", "noncompliant",
-         "non-compliant"),
+        (
+            "violate",
+            "violation",
+            "breach",
+            "infringe",
+            "contravene",
+            "noncompliant",
+            "non-compliant",
+        ),
     ),
     "membership": (("add", "added", "insert"), ("remove", "delete", "drop", "omit")),
     "obligation": (
@@ -710,8 +944,14 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("tighten", "strict", "stricter", "toughen", "harsh", "harsher", "stringent"),
         ("loosen", "relax", "lenient", "looser", "softer", "lax"),
     ),
-    "employment": (("hire", "recruit", "employ"), ("fire", "lay off", "laid off", "sack", "redundant")),
-    "consensus": (("unanimous", "unanimously", "consensus"), ("split", "divided", "majority", "dissent")),
+    "employment": (
+        ("hire", "recruit", "employ"),
+        ("fire", "lay off", "laid off", "sack", "redundant"),
+    ),
+    "consensus": (
+        ("unanimous", "unanimously", "consensus"),
+        ("split", "divided", "majority", "dissent"),
+    ),
     "schedule": (
         ("on schedule", "on track", "ahead of schedule", "on time", "early"),
         ("behind schedule", "delayed", "late", "overdue", "off track"),
@@ -721,20 +961,59 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("collapse", "break down", "broke down", "broken down", "crumble", "unravel"),
     ),
     "evaluation": (
-        ("encouraging", "promising", "welcome", "praise", "favourable", "favorable", "optimistic",
-         "upbeat", "impressive", "excellent", "beneficial", "reassuring", "satisfactory",
-         "satisfied", "pleased", "robust", "healthy"),
-        ("disappointing", "disappointed", "worrying", "concerning", "alarming", "troubling",
-         "pessimistic", "bleak", "dire", "criticise", "criticize", "unfavourable", "unfavorable",
-         "unsatisfactory", "dissatisfied", "detrimental", "disastrous", "dismal", "regret",
-         "lacklustre", "lackluster", "weak"),
+        (
+            "encouraging",
+            "promising",
+            "welcome",
+            "praise",
+            "favourable",
+            "favorable",
+            "optimistic",
+            "upbeat",
+            "impressive",
+            "excellent",
+            "beneficial",
+            "reassuring",
+            "satisfactory",
+            "satisfied",
+            "pleased",
+            "robust",
+            "healthy",
+        ),
+        (
+            "disappointing",
+            "disappointed",
+            "worrying",
+            "concerning",
+            "alarming",
+            "troubling",
+            "pessimistic",
+            "bleak",
+            "dire",
+            "criticise",
+            "criticize",
+            "unfavourable",
+            "unfavorable",
+            "unsatisfactory",
+            "dissatisfied",
+            "detrimental",
+            "disastrous",
+            "dismal",
+            "regret",
+            "lacklustre",
+            "lackluster",
+            "weak",
+        ),
     ),
     "frequency": (
         ("common", "frequent", "widespread", "usual", "typical", "prevalent", "routine"),
         ("rare", "uncommon", "infrequent", "unusual", "isolated", "sporadic", "exceptional"),
     ),
     "speed": (("fast", "quick", "rapid", "accelerate"), ("slow", "gradual", "decelerate")),
-    "exemption": (("subject to", "covered by", "bound by", "apply to"), ("exempt", "excused", "immune")),
+    "exemption": (
+        ("subject to", "covered by", "bound by", "apply to"),
+        ("exempt", "excused", "immune"),
+    ),
     "life": (("alive", "survive", "living"), ("dead", "die", "died", "killed", "deceased")),
 }
 
@@ -742,9 +1021,22 @@ _ANTONYM_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # A third, neutral pole where "no change" is itself a claim: kept on hold -> raised.
 _NEUTRAL_POLES: dict[str, tuple[str, ...]] = {
     "direction": (
-        "unchanged", "steady", "stable", "flat", "on hold", "held steady", "unaltered",
-        "constant", "maintain", "freeze", "frozen", "stabilise", "stabilize", "level off",
-        "levelled off", "leveled off",
+        "unchanged",
+        "steady",
+        "stable",
+        "flat",
+        "on hold",
+        "held steady",
+        "unaltered",
+        "constant",
+        "maintain",
+        "freeze",
+        "frozen",
+        "stabilise",
+        "stabilize",
+        "level off",
+        "levelled off",
+        "leveled off",
     ),
 }
 
@@ -763,128 +1055,492 @@ _LEXICON = _build_lexicon()
 _LEXICON_FIRST_WORDS = frozenset(word.split(" ", 1)[0] for word in _LEXICON)
 
 # Lexicon words too common, or handled by the modal rule, to count as replaced on their own.
-_NOT_POLAR_ALONE = frozenset({
-    "up", "down", "over", "under", "more", "less", "before", "after", "on", "off", "early", "late",
-    "hold", "holding", "required", "allow", "allowed", "allows", "permit", "permits", "permitted",
-    "recommended", "mandatory", "optional", "voluntary", "compulsory", "obligatory",
-})
-_NEGATORS = frozenset({
-    "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor", "without",
-    "cannot", "unless", "except", "non", "nought", "noone",
-})
-_NEGATIVE_PREFIXES = ("non-", "non", "un", "in", "im", "il", "ir", "dis", "mis", "anti-", "anti", "a")
+_NOT_POLAR_ALONE = frozenset(
+    {
+        "up",
+        "down",
+        "over",
+        "under",
+        "more",
+        "less",
+        "before",
+        "after",
+        "on",
+        "off",
+        "early",
+        "late",
+        "hold",
+        "holding",
+        "required",
+        "allow",
+        "allowed",
+        "allows",
+        "permit",
+        "permits",
+        "permitted",
+        "recommended",
+        "mandatory",
+        "optional",
+        "voluntary",
+        "compulsory",
+        "obligatory",
+    }
+)
+_NEGATORS = frozenset(
+    {
+        "not",
+        "no",
+        "never",
+        "none",
+        "nobody",
+        "nothing",
+        "nowhere",
+        "neither",
+        "nor",
+        "without",
+        "cannot",
+        "unless",
+        "except",
+        "non",
+        "nought",
+        "noone",
+    }
+)
+_NEGATIVE_PREFIXES = (
+    "non-",
+    "non",
+    "un",
+    "in",
+    "im",
+    "il",
+    "ir",
+    "dis",
+    "mis",
+    "anti-",
+    "anti",
+    "a",
+)
 
 # Deontic classes.
-_OBLIGATION, _PERMISSION, _RECOMMENDATION, _PROHIBITION = "obligation", "permission", "recommendation", "prohibition"
+_OBLIGATION, _PERMISSION, _RECOMMENDATION, _PROHIBITION = (
+    "obligation",
+    "permission",
+    "recommendation",
+    "prohibition",
+)
 _OPTIONAL, _DISCOURAGED, _FUTURE, _FUTURE_NOT = "optional", "discouraged", "future", "future_not"
 _MODAL_VERBS: dict[str, str] = {
-    "must": _OBLIGATION, "shall": _OBLIGATION, "may": _PERMISSION, "can": _PERMISSION,
-    "could": _PERMISSION, "might": _PERMISSION, "should": _RECOMMENDATION,
-    "ought": _RECOMMENDATION, "will": _FUTURE,
+    "must": _OBLIGATION,
+    "shall": _OBLIGATION,
+    "may": _PERMISSION,
+    "can": _PERMISSION,
+    "could": _PERMISSION,
+    "might": _PERMISSION,
+    "should": _RECOMMENDATION,
+    "ought": _RECOMMENDATION,
+    "will": _FUTURE,
 }
 _MODAL_WORDS: dict[str, str] = {
-    **{w: _OBLIGATION for w in (
-        "required", "require", "requires", "requiring", "mandatory", "obligatory", "compulsory",
-        "obliged", "obligated", "need to", "needs to", "have to", "has to", "had to")},
-    **{w: _PERMISSION for w in (
-        "permitted", "allowed", "allow", "allows", "permit", "permits", "entitled", "free to")},
+    **{
+        w: _OBLIGATION
+        for w in (
+            "required",
+            "require",
+            "requires",
+            "requiring",
+            "mandatory",
+            "obligatory",
+            "compulsory",
+            "obliged",
+            "obligated",
+            "need to",
+            "needs to",
+            "have to",
+            "has to",
+            "had to",
+        )
+    },
+    **{
+        w: _PERMISSION
+        for w in (
+            "permitted",
+            "allowed",
+            "allow",
+            "allows",
+            "permit",
+            "permits",
+            "entitled",
+            "free to",
+        )
+    },
     **{w: _OPTIONAL for w in ("optional", "voluntary", "discretionary")},
-    **{w: _RECOMMENDATION for w in (
-        "recommended", "recommend", "recommends", "encouraged", "encourage", "encourages",
-        "advised", "advisable", "suggested")},
-    **{w: _PROHIBITION for w in (
-        "prohibited", "prohibit", "prohibits", "forbidden", "forbid", "forbids", "banned",
-        "barred", "disallowed", "cannot", "can't", "mustn't", "shan't", "mayn't")},
-    "shouldn't": _DISCOURAGED, "won't": _FUTURE_NOT, "needn't": _OPTIONAL,
+    **{
+        w: _RECOMMENDATION
+        for w in (
+            "recommended",
+            "recommend",
+            "recommends",
+            "encouraged",
+            "encourage",
+            "encourages",
+            "advised",
+            "advisable",
+            "suggested",
+        )
+    },
+    **{
+        w: _PROHIBITION
+        for w in (
+            "prohibited",
+            "prohibit",
+            "prohibits",
+            "forbidden",
+            "forbid",
+            "forbids",
+            "banned",
+            "barred",
+            "disallowed",
+            "cannot",
+            "can't",
+            "mustn't",
+            "shan't",
+            "mayn't",
+        )
+    },
+    "shouldn't": _DISCOURAGED,
+    "won't": _FUTURE_NOT,
+    "needn't": _OPTIONAL,
 }
 _NEGATED_CLASS = {
-    _OBLIGATION: _OPTIONAL, _PERMISSION: _PROHIBITION, _RECOMMENDATION: _DISCOURAGED,
-    _PROHIBITION: _PERMISSION, _FUTURE: _FUTURE_NOT, _OPTIONAL: _OBLIGATION,
+    _OBLIGATION: _OPTIONAL,
+    _PERMISSION: _PROHIBITION,
+    _RECOMMENDATION: _DISCOURAGED,
+    _PROHIBITION: _PERMISSION,
+    _FUTURE: _FUTURE_NOT,
+    _OPTIONAL: _OBLIGATION,
 }
 _STRONG_VERBS = frozenset({"must", "shall"})  # "must not" forbids; "not required" permits
 
 # Quantifier classes.
 _QUANTIFIERS: dict[str, str] = {
-    **{w: "universal" for w in (
-        "all", "every", "each", "everyone", "everybody", "everything", "always", "entire",
-        "whole", "fully", "entirely", "both", "wholly", "completely", "unanimous", "unanimously")},
-    **{w: "existential" for w in (
-        "some", "someone", "somebody", "sometimes", "several", "a few", "partial", "partially",
-        "occasionally", "any", "anyone", "anybody", "either", "certain")},
-    **{w: "majority" for w in (
-        "most", "many", "mostly", "majority", "usually", "often", "frequently", "generally",
-        "much", "typically", "largely")},
+    **{
+        w: "universal"
+        for w in (
+            "all",
+            "every",
+            "each",
+            "everyone",
+            "everybody",
+            "everything",
+            "always",
+            "entire",
+            "whole",
+            "fully",
+            "entirely",
+            "both",
+            "wholly",
+            "completely",
+            "unanimous",
+            "unanimously",
+        )
+    },
+    **{
+        w: "existential"
+        for w in (
+            "some",
+            "someone",
+            "somebody",
+            "sometimes",
+            "several",
+            "a few",
+            "partial",
+            "partially",
+            "occasionally",
+            "any",
+            "anyone",
+            "anybody",
+            "either",
+            "certain",
+        )
+    },
+    **{
+        w: "majority"
+        for w in (
+            "most",
+            "many",
+            "mostly",
+            "majority",
+            "usually",
+            "often",
+            "frequently",
+            "generally",
+            "much",
+            "typically",
+            "largely",
+        )
+    },
     **{w: "minority" for w in ("few", "rarely", "seldom", "minority", "little", "hardly")},
     **{w: "none" for w in ("none", "no", "never", "nobody", "nothing", "neither", "no one")},
     **{w: "only" for w in ("only", "exclusively", "solely")},
-    **{w: "at_least" for w in ("at least", "no less than", "no fewer than", "minimum of", "or more")},
-    **{w: "at_most" for w in ("at most", "no more than", "up to", "maximum of", "or less", "or fewer")},
+    **{
+        w: "at_least"
+        for w in ("at least", "no less than", "no fewer than", "minimum of", "or more")
+    },
+    **{
+        w: "at_most"
+        for w in ("at most", "no more than", "up to", "maximum of", "or less", "or fewer")
+    },
     **{w: "more_than" for w in ("more than", "over", "exceeding", "above")},
     **{w: "less_than" for w in ("less than", "fewer than", "under", "below")},
     "exactly": "exactly",
-    **{w: "approximately" for w in ("approximately", "roughly", "nearly", "almost", "around", "about")},
+    **{
+        w: "approximately"
+        for w in ("approximately", "roughly", "nearly", "almost", "around", "about")
+    },
 }
 _QUANTIFIER_BIGRAMS = frozenset(w for w in _QUANTIFIERS if " " in w and w.count(" ") == 1)
 _QUANTIFIER_TRIGRAMS = frozenset(w for w in _QUANTIFIERS if w.count(" ") == 2)
 
 _UNITS_WORDS: dict[str, int] = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
-    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
-    "seventy": 70, "eighty": 80, "ninety": 90, "dozen": 12,
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+    "dozen": 12,
 }
 _ORDINAL_WORDS: dict[str, int] = {
-    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
-    "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "twentieth": 20,
-    "thirtieth": 30, "hundredth": 100,
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+    "eleventh": 11,
+    "twelfth": 12,
+    "twentieth": 20,
+    "thirtieth": 30,
+    "hundredth": 100,
 }
-_FRACTIONS: dict[str, Decimal] = {"half": Decimal("0.5"), "quarter": Decimal("0.25"), "twice": Decimal(2)}
+_FRACTIONS: dict[str, Decimal] = {
+    "half": Decimal("0.5"),
+    "quarter": Decimal("0.25"),
+    "twice": Decimal(2),
+}
 _SCALES: dict[str, int] = {
-    "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12,
-    "k": 1000, "m": 10**6, "mn": 10**6, "bn": 10**9, "tn": 10**12,
+    "hundred": 100,
+    "thousand": 1000,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+    "k": 1000,
+    "m": 10**6,
+    "mn": 10**6,
+    "bn": 10**9,
+    "tn": 10**12,
 }
-_CURRENCY_SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW", "₣": "CHF"}
-_CURRENCY_CODES = frozenset({
-    "USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "CNY", "INR", "SEK", "NOK", "DKK", "PLN",
-    "NZD", "HKD", "SGD", "ZAR", "BRL", "MXN", "KRW",
-})
+_CURRENCY_SYMBOLS = {
+    "$": "USD",
+    "€": "EUR",
+    "£": "GBP",
+    "¥": "JPY",
+    "₹": "INR",
+    "₩": "KRW",
+    "₣": "CHF",
+}
+_CURRENCY_CODES = frozenset(
+    {
+        "USD",
+        "EUR",
+        "GBP",
+        "JPY",
+        "CHF",
+        "CAD",
+        "AUD",
+        "CNY",
+        "INR",
+        "SEK",
+        "NOK",
+        "DKK",
+        "PLN",
+        "NZD",
+        "HKD",
+        "SGD",
+        "ZAR",
+        "BRL",
+        "MXN",
+        "KRW",
+    }
+)
 _CURRENCY_WORDS = {
-    "dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR", "pound": "GBP",
-    "pounds": "GBP", "yen": "JPY", "franc": "CHF", "francs": "CHF", "rupees": "INR",
+    "dollar": "USD",
+    "dollars": "USD",
+    "euro": "EUR",
+    "euros": "EUR",
+    "pound": "GBP",
+    "pounds": "GBP",
+    "yen": "JPY",
+    "franc": "CHF",
+    "francs": "CHF",
+    "rupees": "INR",
 }
 _UNIT_WORDS: dict[str, str] = {
-    **{w: w.rstrip("s") for w in (
-        "day", "days", "week", "weeks", "month", "months", "year", "years", "hour", "hours",
-        "minute", "minutes", "second", "seconds", "decade", "decades")},
-    **{w: w for w in (
-        "mg", "g", "kg", "km", "cm", "mm", "ml", "l", "mph", "kmh", "gb", "mb", "tb", "kb",
-        "ms", "tonnes", "tons", "miles", "metres", "meters", "degrees", "times")},
+    **{
+        w: w.rstrip("s")
+        for w in (
+            "day",
+            "days",
+            "week",
+            "weeks",
+            "month",
+            "months",
+            "year",
+            "years",
+            "hour",
+            "hours",
+            "minute",
+            "minutes",
+            "second",
+            "seconds",
+            "decade",
+            "decades",
+        )
+    },
+    **{
+        w: w
+        for w in (
+            "mg",
+            "g",
+            "kg",
+            "km",
+            "cm",
+            "mm",
+            "ml",
+            "l",
+            "mph",
+            "kmh",
+            "gb",
+            "mb",
+            "tb",
+            "kb",
+            "ms",
+            "tonnes",
+            "tons",
+            "miles",
+            "metres",
+            "meters",
+            "degrees",
+            "times",
+        )
+    },
 }
 _MONTHS: dict[str, int] = {
-    "january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6, "july": 7,
-    "august": 8, "september": 9, "october": 10, "november": 11, "december": 12,
-    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9,
-    "sept": 9, "oct": 10, "nov": 11, "dec": 12,
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "may": 5,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
+    "jan": 1,
+    "feb": 2,
+    "mar": 3,
+    "apr": 4,
+    "jun": 6,
+    "jul": 7,
+    "aug": 8,
+    "sep": 9,
+    "sept": 9,
+    "oct": 10,
+    "nov": 11,
+    "dec": 12,
 }
-_WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"})
+_WEEKDAYS = frozenset(
+    {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)
 _RELATIVE_DAYS = frozenset({"today", "tomorrow", "yesterday", "tonight"})
 _RELATIVE_WORDS = frozenset({"next", "last", "this", "coming", "previous", "following"})
-_RELATIVE_UNITS = frozenset({
-    "week", "weekend", "month", "year", "quarter", "decade", "spring", "summer", "autumn",
-    "fall", "winter", "morning", "afternoon", "evening", "night",
-})
-_MAY_CUES = frozenset({
-    "in", "of", "since", "until", "by", "from", "during", "early", "late", "mid", "end",
-    "before", "after", "this", "last", "next", "on",
-})
+_RELATIVE_UNITS = frozenset(
+    {
+        "week",
+        "weekend",
+        "month",
+        "year",
+        "quarter",
+        "decade",
+        "spring",
+        "summer",
+        "autumn",
+        "fall",
+        "winter",
+        "morning",
+        "afternoon",
+        "evening",
+        "night",
+    }
+)
+_MAY_CUES = frozenset(
+    {
+        "in",
+        "of",
+        "since",
+        "until",
+        "by",
+        "from",
+        "during",
+        "early",
+        "late",
+        "mid",
+        "end",
+        "before",
+        "after",
+        "this",
+        "last",
+        "next",
+        "on",
+    }
+)
 
 
 def _is_month_may(surface: list[str], lower: list[str], i: int) -> bool:
     """``May`` the month (next to a number, or after in/of/since/by…), not the modal."""
     if not surface[i].startswith("M"):
         return False
-    near_number = (i + 1 < len(lower) and lower[i + 1][:1].isdigit()) or (i > 0 and lower[i - 1][:1].isdigit())
+    near_number = (i + 1 < len(lower) and lower[i + 1][:1].isdigit()) or (
+        i > 0 and lower[i - 1][:1].isdigit()
+    )
     return near_number or (i > 0 and lower[i - 1] in _MAY_CUES)
 
 
@@ -947,7 +1603,11 @@ def _decimal(token: str) -> Decimal | None:
             text = token.replace(",", "")
     elif commas:
         groups = token.split(",")
-        text = token.replace(",", "") if all(len(g) == 3 for g in groups[1:]) else token.replace(",", ".")
+        text = (
+            token.replace(",", "")
+            if all(len(g) == 3 for g in groups[1:])
+            else token.replace(",", ".")
+        )
     elif dots > 1:
         text = token.replace(".", "")
     try:
@@ -974,7 +1634,12 @@ def _written_number(words: list[str], i: int) -> tuple[Decimal, int] | None:
         elif word in ("thousand", "million", "billion", "trillion") and seen:
             total += max(current, 1) * _SCALES[word]
             current = 0
-        elif word == "and" and seen and j + 1 < len(words) and words[j + 1].split("-")[0] in _UNITS_WORDS:
+        elif (
+            word == "and"
+            and seen
+            and j + 1 < len(words)
+            and words[j + 1].split("-")[0] in _UNITS_WORDS
+        ):
             pass
         else:
             break
@@ -1044,8 +1709,12 @@ def _dates(tokens: _Tokens) -> tuple[list[str], list[str], set[int], list[int]]:
         if len(word) == 4 and word.isdigit() and 1600 <= int(word) <= 2199:
             follows = lower[i + 1] if i + 1 < n else ""
             precedes = surface[i - 1] if i > 0 else ""
-            if follows not in ("%", "percent") and follows not in _UNIT_WORDS \
-                    and follows not in _CURRENCY_WORDS and precedes not in _CURRENCY_SYMBOLS:
+            if (
+                follows not in ("%", "percent")
+                and follows not in _UNIT_WORDS
+                and follows not in _CURRENCY_WORDS
+                and precedes not in _CURRENCY_SYMBOLS
+            ):
                 atoms.append(f"y{word}")
                 positions.append(i)
                 shown.append(token)
@@ -1101,7 +1770,11 @@ def _numbers(tokens: _Tokens, used: set[int]) -> tuple[list[str], list[str], lis
         if start > 0 and surface[start - 1] in _CURRENCY_SYMBOLS:
             currency = _CURRENCY_SYMBOLS[surface[start - 1]]
             start -= 1
-        elif start > 0 and surface[start - 1].upper() in _CURRENCY_CODES and surface[start - 1].isupper():
+        elif (
+            start > 0
+            and surface[start - 1].upper() in _CURRENCY_CODES
+            and surface[start - 1].isupper()
+        ):
             currency = surface[start - 1].upper()
             start -= 1
         if j < n and (lower[j] in _CURRENCY_WORDS or (surface[j] in _CURRENCY_CODES)):
@@ -1160,11 +1833,11 @@ def _modal_classes(tokens: _Tokens) -> list[tuple[str, str]]:
         if klass is None:
             continue
         if klass not in (_PROHIBITION, _DISCOURAGED, _FUTURE_NOT) or phrase in ("cannot",):
-            after = lower[i + 1:i + 3] if word in _MODAL_VERBS else lower[i + 1:i + 2]
-            before = lower[max(0, i - 2):i]
-            negated = any(_is_negator(w) and w not in ("unless", "except", "without") for w in after) or any(
-                w in ("not", "never", "no") or w.endswith("n't") for w in before
-            )
+            after = lower[i + 1 : i + 3] if word in _MODAL_VERBS else lower[i + 1 : i + 2]
+            before = lower[max(0, i - 2) : i]
+            negated = any(
+                _is_negator(w) and w not in ("unless", "except", "without") for w in after
+            ) or any(w in ("not", "never", "no") or w.endswith("n't") for w in before)
             if negated and phrase != "cannot":
                 if word in _STRONG_VERBS:
                     klass = _PROHIBITION
@@ -1180,8 +1853,8 @@ def _quantifiers(lower: list[str]) -> list[tuple[str, str]]:
     n = len(lower)
     i = 0
     while i < n:
-        trigram = " ".join(lower[i:i + 3])
-        bigram = " ".join(lower[i:i + 2])
+        trigram = " ".join(lower[i : i + 3])
+        bigram = " ".join(lower[i : i + 2])
         if i + 2 < n and trigram in _QUANTIFIER_TRIGRAMS:
             found.append((_QUANTIFIERS[trigram], trigram))
             i += 3
@@ -1191,10 +1864,24 @@ def _quantifiers(lower: list[str]) -> list[tuple[str, str]]:
             i += 2
             continue
         word = lower[i]
-        if word in _QUANTIFIERS and word not in ("about", "around", "over", "under", "above", "below", "little"):
+        if word in _QUANTIFIERS and word not in (
+            "about",
+            "around",
+            "over",
+            "under",
+            "above",
+            "below",
+            "little",
+        ):
             found.append((_QUANTIFIERS[word], word))
-        elif word in ("over", "under", "above", "below", "about", "around") and i + 1 < n and (
-            lower[i + 1][:1].isdigit() or lower[i + 1] in _UNITS_WORDS or lower[i + 1] in _CURRENCY_SYMBOLS
+        elif (
+            word in ("over", "under", "above", "below", "about", "around")
+            and i + 1 < n
+            and (
+                lower[i + 1][:1].isdigit()
+                or lower[i + 1] in _UNITS_WORDS
+                or lower[i + 1] in _CURRENCY_SYMBOLS
+            )
         ):
             found.append((_QUANTIFIERS[word], word))
         i += 1
@@ -1225,7 +1912,11 @@ def _lexicon_hits(lower: list[str]) -> list[tuple[str, int, str]]:
 
 
 def _sequence_reason(
-    name: str, old: Sequence[str], new: Sequence[str], old_shown: Sequence[str], new_shown: Sequence[str]
+    name: str,
+    old: Sequence[str],
+    new: Sequence[str],
+    old_shown: Sequence[str],
+    new_shown: Sequence[str],
 ) -> str | None:
     if list(old) == list(new):
         return None
@@ -1280,7 +1971,9 @@ class RuleClassifier:
         diff = word_diff(old, new)
         if reasons:
             return EditAssessment(Verdict.REVERSAL, tuple(reasons + notes), diff)
-        return EditAssessment(Verdict.MATERIAL, tuple(notes + _material_reasons(before, after)), diff)
+        return EditAssessment(
+            Verdict.MATERIAL, tuple(notes + _material_reasons(before, after)), diff
+        )
 
 
 def _reversal_reasons(before: _Tokens, after: _Tokens) -> tuple[list[str], list[str]]:
@@ -1318,7 +2011,12 @@ def _reversal_reasons(before: _Tokens, after: _Tokens) -> tuple[list[str], list[
         removed_hits = _lexicon_hits(old[a0:a1])
         added_hits = _lexicon_hits(new[b0:b1])
         crossed = next(
-            ((w1, w2) for g1, p1, w1 in removed_hits for g2, p2, w2 in added_hits if g1 != g2 and p1 * p2 < 0),
+            (
+                (w1, w2)
+                for g1, p1, w1 in removed_hits
+                for g2, p2, w2 in added_hits
+                if g1 != g2 and p1 * p2 < 0
+            ),
             None,
         )
         if crossed is not None:
@@ -1342,8 +2040,11 @@ def _reversal_reasons(before: _Tokens, after: _Tokens) -> tuple[list[str], list[
     old_modal, new_modal = _modal_classes(before), _modal_classes(after)
     if [c for c, _ in old_modal] != [c for c, _ in new_modal]:
         reason = _sequence_reason(
-            "modal", [c for c, _ in old_modal], [c for c, _ in new_modal],
-            [w for _, w in old_modal], [w for _, w in new_modal],
+            "modal",
+            [c for c, _ in old_modal],
+            [c for c, _ in new_modal],
+            [w for _, w in old_modal],
+            [w for _, w in new_modal],
         )
         if reason:
             reasons.append(reason)
@@ -1351,7 +2052,11 @@ def _reversal_reasons(before: _Tokens, after: _Tokens) -> tuple[list[str], list[
     # Quantifiers.
     old_q, new_q = _quantifiers(old), _quantifiers(new)
     reason = _sequence_reason(
-        "quantifier", [c for c, _ in old_q], [c for c, _ in new_q], [w for _, w in old_q], [w for _, w in new_q]
+        "quantifier",
+        [c for c, _ in old_q],
+        [c for c, _ in new_q],
+        [w for _, w in old_q],
+        [w for _, w in new_q],
     )
     if reason:
         reasons.append(reason)
@@ -1395,10 +2100,24 @@ def _added_in(replaced: set[int], old: list[str], new: list[str], positions: lis
     return any(added[atom] and at in replaced for atom, at in zip(new, positions, strict=True))
 
 
-_RELATIONS = frozenset({
-    "before", "after", "than", "until", "beat", "beats", "defeated", "defeats", "outperformed",
-    "outperforms", "against", "versus", "vs", "over",
-})
+_RELATIONS = frozenset(
+    {
+        "before",
+        "after",
+        "than",
+        "until",
+        "beat",
+        "beats",
+        "defeated",
+        "defeats",
+        "outperformed",
+        "outperforms",
+        "against",
+        "versus",
+        "vs",
+        "over",
+    }
+)
 
 
 def _stem(word: str) -> str:
@@ -1417,8 +2136,8 @@ def _swapped(old: list[str], new: list[str]) -> str | None:
         if word not in _RELATIONS or word not in new:
             continue
         j = new.index(word)
-        old_left, old_right = side(old[max(0, i - 3):i]), side(old[i + 1:i + 4])
-        new_left, new_right = side(new[max(0, j - 3):j]), side(new[j + 1:j + 4])
+        old_left, old_right = side(old[max(0, i - 3) : i]), side(old[i + 1 : i + 4])
+        new_left, new_right = side(new[max(0, j - 3) : j]), side(new[j + 1 : j + 4])
         crossed = len(old_left & new_right) + len(old_right & new_left)
         kept = len(old_left & new_left) + len(old_right & new_right)
         if old_left & new_right and old_right & new_left and crossed > kept:
@@ -1426,11 +2145,46 @@ def _swapped(old: list[str], new: list[str]) -> str | None:
     return None
 
 
-_STOPWORDS = frozenset({
-    "the", "a", "an", "of", "to", "in", "on", "at", "for", "and", "or", "will", "would", "shall",
-    "is", "are", "was", "were", "be", "been", "has", "have", "had", "by", "with", "that", "this",
-    "it", "its", "their", "his", "her", "they", "we", "you", "not",
-})
+_STOPWORDS = frozenset(
+    {
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "and",
+        "or",
+        "will",
+        "would",
+        "shall",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "has",
+        "have",
+        "had",
+        "by",
+        "with",
+        "that",
+        "this",
+        "it",
+        "its",
+        "their",
+        "his",
+        "her",
+        "they",
+        "we",
+        "you",
+        "not",
+    }
+)
 
 
 def _pole_flip(old: list[int], new: list[int]) -> tuple[int, int] | None:
@@ -1440,7 +2194,9 @@ def _pole_flip(old: list[int], new: list[int]) -> tuple[int, int] | None:
     lost = Counter(old) - Counter(new)
     gained = Counter(new) - Counter(old)
     if lost and gained:  # poles are distinct values: what was lost is not what was gained
-        return next(i for i, p in enumerate(old) if lost[p]), next(j for j, p in enumerate(new) if gained[p])
+        return next(i for i, p in enumerate(old) if lost[p]), next(
+            j for j, p in enumerate(new) if gained[p]
+        )
     if not lost and not gained and old != new:
         first = next(i for i, (p, q) in enumerate(zip(old, new, strict=True)) if p != q)
         return first, first
@@ -1475,7 +2231,9 @@ def _material_reasons(before: _Tokens, after: _Tokens) -> list[str]:
     for a0, a1, b0, b1 in _hunks(old_words, new_words):
         if a1 - a0 == 1 and b1 - b0 == 1:
             a, b = old_words[a0], new_words[b0]
-            if min(len(a), len(b)) >= 3 and Levenshtein.distance(a, b) <= max(1, min(len(a), len(b)) // 3):
+            if min(len(a), len(b)) >= 3 and Levenshtein.distance(a, b) <= max(
+                1, min(len(a), len(b)) // 3
+            ):
                 reasons.append(f"spelling_changed:{a}->{b}")
     old_numbers, old_shown, _ = before.numbers
     new_numbers, new_shown, _ = after.numbers
@@ -1520,26 +2278,26 @@ def word_diff(old: str, new: str) -> str:
             if i1 - i0 > 2 * _DIFF_CONTEXT + 1:
                 pieces = []
                 if index > 0:
-                    pieces.append(a_text[begin:a[i0 + _DIFF_CONTEXT - 1][1]])
+                    pieces.append(a_text[begin : a[i0 + _DIFF_CONTEXT - 1][1]])
                 pieces.append("…")
                 if index < len(ops) - 1:
-                    pieces.append(a_text[a[i1 - _DIFF_CONTEXT][0]:a[i1 - 1][1]])
+                    pieces.append(a_text[a[i1 - _DIFF_CONTEXT][0] : a[i1 - 1][1]])
                 out.append(" ".join(pieces))
             else:
-                out.append(a_text[begin:a[i1 - 1][1]])
+                out.append(a_text[begin : a[i1 - 1][1]])
             at_a, at_b = a[i1 - 1][1], b[j1 - 1][1]
             continue
         if i1 > i0:
             begin = a[i0][0]
             if out and begin > at_a:
                 out.append(" ")
-            out.append("[-" + a_text[begin:a[i1 - 1][1]] + "-]")
+            out.append("[-" + a_text[begin : a[i1 - 1][1]] + "-]")
             at_a = a[i1 - 1][1]
         if j1 > j0:
             begin = b[j0][0]
             if out and (begin > at_b or i1 > i0):
                 out.append(" ")
-            out.append("{+" + b_text[begin:b[j1 - 1][1]] + "+}")
+            out.append("{+" + b_text[begin : b[j1 - 1][1]] + "+}")
             at_b = b[j1 - 1][1]
     return "".join(out)
 
@@ -1607,7 +2365,9 @@ def _redirect_reasons(requested_url: str, final_url: str) -> list[str]:
     except ValueError:
         return []
     req_path, fin_path = req.path or "/", fin.path or "/"
-    same_place = _host(req.netloc) == _host(fin.netloc) and req_path.rstrip("/") == fin_path.rstrip("/")
+    same_place = _host(req.netloc) == _host(fin.netloc) and req_path.rstrip("/") == fin_path.rstrip(
+        "/"
+    )
     if same_place and req.query == fin.query:
         return []  # http → https, www, trailing slash
     if _HOME_PATH.fullmatch(fin_path) and not _HOME_PATH.fullmatch(req_path) and not fin.query:
@@ -1620,7 +2380,11 @@ def _redirect_reasons(requested_url: str, final_url: str) -> list[str]:
         req_parts, fin_parts = _segments(req_path), _segments(fin_path)
         if fin_parts and _INDEX_FILE.fullmatch(fin_parts[-1]):  # /docs/index.html is /docs/
             fin_parts = fin_parts[:-1]
-        if len(fin_parts) < len(req_parts) and req_parts[:len(fin_parts)] == fin_parts and not fin.query:
+        if (
+            len(fin_parts) < len(req_parts)
+            and req_parts[: len(fin_parts)] == fin_parts
+            and not fin.query
+        ):
             return ["redirect:landing"]
     return []
 
@@ -1647,11 +2411,37 @@ def _similarity(a: str, b: str) -> float:
 # Every match of the two patterns contains one of these (lower-cased): a cheap ``in`` test
 # spares the regexes on ordinary pages.
 _GONE_KEYWORDS = (
-    "404", "found", "exist", "longer", "removed", "deleted", "withdrawn", "taken down",
-    "archived", "gone", "looking for", "requested", "unavailable", "not available",
-    "gefunden", "existiert", "verfügbar", "entfernt", "gelöscht", "seite", "introuvable",
-    "existe", "disponible", "supprimé", "trouvée", "demandée", "encontr", "eliminad",
-    "página", "moved", "missing",
+    "404",
+    "found",
+    "exist",
+    "longer",
+    "removed",
+    "deleted",
+    "withdrawn",
+    "taken down",
+    "archived",
+    "gone",
+    "looking for",
+    "requested",
+    "unavailable",
+    "not available",
+    "gefunden",
+    "existiert",
+    "verfügbar",
+    "entfernt",
+    "gelöscht",
+    "seite",
+    "introuvable",
+    "existe",
+    "disponible",
+    "supprimé",
+    "trouvée",
+    "demandée",
+    "encontr",
+    "eliminad",
+    "página",
+    "moved",
+    "missing",
 )
 
 
@@ -1683,7 +2473,7 @@ def soft_404_signals(
     if not stripped:
         reasons.append("body:empty")
     else:
-        window = normalise(stripped[:_PAGE_PHRASE_WINDOW + 500])[:_PAGE_PHRASE_WINDOW]
+        window = normalise(stripped[: _PAGE_PHRASE_WINDOW + 500])[:_PAGE_PHRASE_WINDOW]
         if _gone_phrase(window, whole=len(stripped) < _SHORT_BODY):
             reasons.append("body:not_found")
     reasons.extend(_redirect_reasons(requested_url, final_url))
@@ -1717,7 +2507,7 @@ def html_title(content: bytes, media_type: str) -> str | None:
     end = _TITLE_END.search(markup)
     if end is None:
         return None
-    node = LexborHTMLParser(markup[:end.end()]).css_first("title")
+    node = LexborHTMLParser(markup[: end.end()]).css_first("title")
     if node is None:
         return None
     title = " ".join((node.text(deep=True) or "").split())
@@ -1766,7 +2556,9 @@ def classify(
 
     location = None
     if live_text is not None:
-        location = find_passage(live_text, old_exact, prefix=prefix, suffix=suffix, position=position)
+        location = find_passage(
+            live_text, old_exact, prefix=prefix, suffix=suffix, position=position
+        )
     if location is not None and _intact(location, old_exact, live_text):
         return CheckOutcome(Verdict.COSMETIC, (f"passage_{location.method}",), location, None)
     if location is None and soft404 is not None and soft404.is_soft_404:
@@ -1784,4 +2576,3 @@ def _intact(location: PassageLocation, old_exact: str, live: PreparedText | None
         return True
     pdf = live.pdf if live is not None else False
     return normalise(location.found_text, pdf=pdf) == normalise(old_exact, pdf=pdf)
-

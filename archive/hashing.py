@@ -14,7 +14,9 @@ _ADDRESS = re.compile(r"blake3:[0-9a-f]{64}")
 
 def content_address(data: bytes) -> str:
     """The address of ``data``. Multithreaded hashing only pays off for large blobs."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO) if len(data) > (1 << 20) else blake3.blake3()
+    hasher = (
+        blake3.blake3(max_threads=blake3.blake3.AUTO) if len(data) > (1 << 20) else blake3.blake3()
+    )
     hasher.update(data)
     return f"{ALGORITHM}:{hasher.hexdigest()}"
 
@@ -26,7 +28,9 @@ def parse_address(address: str) -> str:
     64 lowercase hex characters (``../``, ``%2F``, upper case) is refused here.
     """
     if not isinstance(address, str) or not _ADDRESS.fullmatch(address):
-        raise InvalidAddress("content address must be 'blake3:' followed by 64 lowercase hex digits")
+        raise InvalidAddress(
+            "content address must be 'blake3:' followed by 64 lowercase hex digits"
+        )
     return address[len(ALGORITHM) + 1 :]
 
 

@@ -77,18 +77,23 @@ class WriteOutcome:
 # One memento's expiry extended to a date (never shortened): executemany'd per batch.
 _EXTEND_EACH = (
     update(mementos)
-    .where(mementos.c.tenant == bindparam("reach_tenant"),
-           mementos.c.id == bindparam("reach_id"),
-           mementos.c.deleted_at.is_(None),
-           (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")))
+    .where(
+        mementos.c.tenant == bindparam("reach_tenant"),
+        mementos.c.id == bindparam("reach_id"),
+        mementos.c.deleted_at.is_(None),
+        (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")),
+    )
     .values(expires_at=bindparam("reach_until"))
 )
 
 
 def _live_of(tenant: Any, urir_key: Any) -> Any:
     # Deleted mementos (tombstones) leave TimeMaps and TimeGates; their URI-M answers 410.
-    return and_(mementos.c.tenant == tenant, mementos.c.urir_key == urir_key,
-                mementos.c.deleted_at.is_(None))
+    return and_(
+        mementos.c.tenant == tenant,
+        mementos.c.urir_key == urir_key,
+        mementos.c.deleted_at.is_(None),
+    )
 
 
 def _live_of_bound() -> Any:
@@ -96,8 +101,9 @@ def _live_of_bound() -> Any:
     return _live_of(bindparam("tenant"), bindparam("urir_key"))
 
 
-def _nearest(probe: Callable[..., Memento | None], target: datetime, first: Memento,
-             last: Memento) -> Memento:
+def _nearest(
+    probe: Callable[..., Memento | None], target: datetime, first: Memento, last: Memento
+) -> Memento:
     if target <= first.captured_at:
         return first
     if target >= last.captured_at:
@@ -123,8 +129,11 @@ def _neighbour_probes(lookups: Lookups) -> dict[str, PreparedLookup]:
     machinery cost ~10x the indexed query itself (mementos_by_original)."""
     live = _live_of_bound()
     moment = bindparam("moment", type_=UTCDateTime())
-    at = tuple_(bindparam("at_time", type_=UTCDateTime()), bindparam("at_scope", type_=Text()),
-                bindparam("at_id", type_=Text()))
+    at = tuple_(
+        bindparam("at_time", type_=UTCDateTime()),
+        bindparam("at_scope", type_=Text()),
+        bindparam("at_id", type_=Text()),
+    )
     wheres_and_orders = {
         "first": ((), _order_ascending()),
         "last": ((), _order_descending()),
@@ -134,8 +143,10 @@ def _neighbour_probes(lookups: Lookups) -> dict[str, PreparedLookup]:
         "before_position": ((_position() < at,), _order_descending()),
         "after_position": ((_position() > at,), _order_ascending()),
     }
-    return {name: lookups.prepare(select(mementos).where(live, *wheres).order_by(*order).limit(1))
-            for name, (wheres, order) in wheres_and_orders.items()}
+    return {
+        name: lookups.prepare(select(mementos).where(live, *wheres).order_by(*order).limit(1))
+        for name, (wheres, order) in wheres_and_orders.items()
+    }
 
 
 def _order_ascending() -> tuple[Any, ...]:
@@ -177,7 +188,9 @@ class OpenWrite:
 
 
 class Index:
-    def __init__(self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)) -> None:
+    def __init__(
+        self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)
+    ) -> None:
         self.url = _driver_url(url)
         self.grace = grace  # expiry of a memento nobody cites: archived_at + grace
         self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
@@ -189,7 +202,9 @@ class Index:
             self._reader = _sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
             self._writer = create_engine(self.url, pool_size=5, max_overflow=5, pool_pre_ping=True)
-            self._reader = create_engine(self.url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+            self._reader = create_engine(
+                self.url, pool_size=10, max_overflow=10, pool_pre_ping=True
+            )
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
@@ -199,18 +214,22 @@ class Index:
             self._reader, _sqlite_path(self.url) if self.dialect == "sqlite" else None
         )
         self._memento_by_id = self.lookups.prepare(
-            select(mementos).where(mementos.c.tenant == bindparam("tenant"),
-                                   mementos.c.id == bindparam("id"))
+            select(mementos).where(
+                mementos.c.tenant == bindparam("tenant"), mementos.c.id == bindparam("id")
+            )
         )
         if self.dialect == "sqlite":
             ids = func.json_each(bindparam("ids", type_=Text)).table_valued("value")
             self._mementos_by_ids = self.lookups.prepare(
-                select(mementos).where(mementos.c.id.in_(select(ids.c.value))))
+                select(mementos).where(mementos.c.id.in_(select(ids.c.value)))
+            )
             # Only blobs whose version a write must look at: being deleted, or versioned.
             self._blob_states_by_address = self.lookups.prepare(
-                select(blobs.c.address, blobs.c.state, blobs.c.version_id)
-                .where(blobs.c.address.in_(select(ids.c.value)),
-                       (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None)))
+                select(blobs.c.address, blobs.c.state, blobs.c.version_id).where(
+                    blobs.c.address.in_(select(ids.c.value)),
+                    (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None),
+                )
+            )
         # Every deletion commits through this signal's changing(), so that what any process
         # remembers of live mementos (cache_until_deletion) is forgotten at once. A budget
         # of 0: it remembers nothing itself.
@@ -218,14 +237,21 @@ class Index:
         self._probes = _neighbour_probes(self.lookups)
         # A TimeMap's size and pages, compiled once for the same reason.
         self._timemap_size = self.lookups.prepare(
-            select(func.count().label("mementos")).where(_live_of_bound()))
+            select(func.count().label("mementos")).where(_live_of_bound())
+        )
         self._timemap_page = self.lookups.prepare(
-            select(mementos).where(_live_of_bound()).order_by(*_order_ascending())
-            .offset(bindparam("offset", type_=Integer())).limit(bindparam("limit", type_=Integer())))
+            select(mementos)
+            .where(_live_of_bound())
+            .order_by(*_order_ascending())
+            .offset(bindparam("offset", type_=Integer()))
+            .limit(bindparam("limit", type_=Integer()))
+        )
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
-            select(idempotency_keys).where(idempotency_keys.c.tenant == bindparam("tenant"),
-                                           idempotency_keys.c.key == bindparam("key"))
+            select(idempotency_keys).where(
+                idempotency_keys.c.tenant == bindparam("tenant"),
+                idempotency_keys.c.key == bindparam("key"),
+            )
         )
 
     @property
@@ -259,8 +285,10 @@ class Index:
         """
         # Deletions happen only in exclusive writes: they tell every process to forget the
         # live mementos it remembers, whatever they delete.
-        with self._deletions.changing() if exclusive else nullcontext(), \
-                self._writer.begin() as connection:
+        with (
+            self._deletions.changing() if exclusive else nullcontext(),
+            self._writer.begin() as connection,
+        ):
             self._lock_against_sweeps(connection, exclusive=exclusive)
             yield connection
 
@@ -292,7 +320,9 @@ class Index:
     # -- writes ---------------------------------------------------------------------------
 
     def insert_mementos(
-        self, connection: Connection, batch: Sequence[Memento],
+        self,
+        connection: Connection,
+        batch: Sequence[Memento],
         revive: Callable[[str], StoredBlob] | None = None,
     ) -> list[WriteOutcome]:
         """Insert what is new; report existing rows. Call inside :meth:`write`.
@@ -308,8 +338,14 @@ class Index:
             connection,
             blobs,
             [
-                {"address": m.content_hash, "size": m.size, "version_id": m.blob_version_id,
-                 "stored_at": m.archived_at, "state": "live", "lock_legal_hold": 0}
+                {
+                    "address": m.content_hash,
+                    "size": m.size,
+                    "version_id": m.blob_version_id,
+                    "stored_at": m.archived_at,
+                    "state": "live",
+                    "lock_legal_hold": 0,
+                }
                 for m in batch
             ],
             conflict=["address"],
@@ -320,7 +356,11 @@ class Index:
         versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
         rows = {m.id: self._memento_row(_with_version(m, versions)) for m in batch}
         inserted = self.insert_ignoring(
-            connection, mementos, list(rows.values()), conflict=["id"], returning=mementos.c.id,
+            connection,
+            mementos,
+            list(rows.values()),
+            conflict=["id"],
+            returning=mementos.c.id,
         )
         # What we inserted is known; only rows that were there before are read back.
         stored = {i: _memento_from(RowView(row)) for i, row in rows.items() if i in inserted}
@@ -335,7 +375,9 @@ class Index:
         return outcomes
 
     def _current_versions(
-        self, connection: Connection, addresses: set[str],
+        self,
+        connection: Connection,
+        addresses: set[str],
         revive: Callable[[str], StoredBlob] | None,
     ) -> dict[str, str | None]:
         """Each blob's current version, re-storing (under the write lock) those a retention
@@ -347,13 +389,21 @@ class Index:
                 versions[address] = version_id
                 continue
             if revive is None:
-                raise StorageError("blob is being deleted by retention; retry the write", address=address)
+                raise StorageError(
+                    "blob is being deleted by retention; retry the write", address=address
+                )
             stored = revive(address)
             # A new version carries none of the old one's lock: start the lock bookkeeping over.
             connection.execute(
-                update(blobs).where(blobs.c.address == address)
-                .values(state="live", version_id=stored.version_id, size=stored.size,
-                        lock_until=stored.retain_until, lock_legal_hold=0)
+                update(blobs)
+                .where(blobs.c.address == address)
+                .values(
+                    state="live",
+                    version_id=stored.version_id,
+                    size=stored.size,
+                    lock_until=stored.retain_until,
+                    lock_legal_hold=0,
+                )
             )
             versions[address] = stored.version_id
         return versions
@@ -364,12 +414,17 @@ class Index:
         if self.dialect == "sqlite":
             # Every write batch asks: one prepared statement on the driver, as for mementos.
             # SQLite took the write lock at BEGIN IMMEDIATE, so no row lock is needed.
-            rows = self.lookups.all_on(connection.connection.dbapi_connection,
-                                       self._blob_states_by_address, ids=json.dumps(addresses))
+            rows = self.lookups.all_on(
+                connection.connection.dbapi_connection,
+                self._blob_states_by_address,
+                ids=json.dumps(addresses),
+            )
             return [tuple(row) for row in rows]
-        query = (select(blobs.c.address, blobs.c.state, blobs.c.version_id)
-                 .where(blobs.c.address.in_(addresses))
-                 .with_for_update())  # serialises with the sweep's per-blob deletion
+        query = (
+            select(blobs.c.address, blobs.c.state, blobs.c.version_id)
+            .where(blobs.c.address.in_(addresses))
+            .with_for_update()
+        )  # serialises with the sweep's per-blob deletion
         return [tuple(row) for row in connection.execute(query).all()]
 
     def extend_expiry(
@@ -380,9 +435,12 @@ class Index:
             return 0
         result = connection.execute(
             update(mementos)
-            .where(mementos.c.tenant == tenant, mementos.c.id.in_(sorted(set(memento_ids))),
-                   mementos.c.deleted_at.is_(None),
-                   (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < until))
+            .where(
+                mementos.c.tenant == tenant,
+                mementos.c.id.in_(sorted(set(memento_ids))),
+                mementos.c.deleted_at.is_(None),
+                (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < until),
+            )
             .values(expires_at=until)
         )
         return int(result.rowcount or 0)
@@ -393,7 +451,9 @@ class Index:
         """Many ``(tenant, memento id, until)`` extensions as one executemany (never shortens)."""
         if not reaches:
             return
-        rows = [{"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))]
+        rows = [
+            {"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))
+        ]
         if self.dialect == "sqlite":
             self._extend_each.run_many(connection.connection.dbapi_connection, rows)
         else:
@@ -407,17 +467,27 @@ class Index:
         return row
 
     def remember_response(
-        self, connection: Connection, tenant: str, key: str, response: StoredResponse,
+        self,
+        connection: Connection,
+        tenant: str,
+        key: str,
+        response: StoredResponse,
         now: datetime,
     ) -> StoredResponse:
         """Record the first answer for ``key``; if one exists already, return that one."""
         self.insert_ignoring(
             connection,
             idempotency_keys,
-            [{"tenant": tenant, "key": key, "request_hash": response.request_hash,
-              "status_code": response.status_code,
-              "response_json": json.dumps(response.body, separators=(",", ":")),
-              "created_at": now}],
+            [
+                {
+                    "tenant": tenant,
+                    "key": key,
+                    "request_hash": response.request_hash,
+                    "status_code": response.status_code,
+                    "response_json": json.dumps(response.body, separators=(",", ":")),
+                    "created_at": now,
+                }
+            ],
             conflict=["tenant", "key"],
         )
         stored = self._stored_response(connection, tenant, key)
@@ -426,20 +496,28 @@ class Index:
 
     def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
         self.insert_ignoring(
-            connection, tenants, [{"id": n, "created_at": utc_now()} for n in sorted(names)],
+            connection,
+            tenants,
+            [{"id": n, "created_at": utc_now()} for n in sorted(names)],
             conflict=["id"],
         )
 
     def insert_ignoring(
-        self, connection: Connection, table: Any, rows: list[dict[str, Any]], *,
-        conflict: list[str], returning: Any = None,
+        self,
+        connection: Connection,
+        table: Any,
+        rows: list[dict[str, Any]],
+        *,
+        conflict: list[str],
+        returning: Any = None,
     ) -> set[Any]:
         if not rows:
             return set()
         if self.dialect == "sqlite":
             # One statement for the batch, on the driver (prepared.BatchInsert says why).
-            insert = self._batch_insert(table, conflict, list(rows[0]),
-                                        None if returning is None else returning.key)
+            insert = self._batch_insert(
+                table, conflict, list(rows[0]), None if returning is None else returning.key
+            )
             return insert.run(connection.connection.dbapi_connection, rows)
         statement = postgresql.insert(table).on_conflict_do_nothing(index_elements=conflict)
         if returning is None:
@@ -450,12 +528,15 @@ class Index:
         result = connection.execute(statement.returning(returning), rows)
         return set(result.scalars().all())
 
-    def _batch_insert(self, table: Any, conflict: list[str], keys: list[str],
-                      key: str | None) -> BatchInsert:
+    def _batch_insert(
+        self, table: Any, conflict: list[str], keys: list[str], key: str | None
+    ) -> BatchInsert:
         cache_key = (table.name, tuple(conflict), tuple(keys), key)
         prepared = self._inserts.get(cache_key)
         if prepared is None:
-            prepared = self._inserts[cache_key] = BatchInsert(table, conflict, keys, self._writer, key)
+            prepared = self._inserts[cache_key] = BatchInsert(
+                table, conflict, keys, self._writer, key
+            )
         return prepared
 
     # -- reads ----------------------------------------------------------------------------
@@ -485,6 +566,7 @@ class Index:
     def neighbours(self, tenant: str, urir_key: str, target: datetime | None) -> Neighbours | None:
         """Choose the memento nearest ``target`` (latest when None) and its neighbours."""
         with self.lookups.snapshot() as first_row:
+
             def probe(name: str, **values: Any) -> Memento | None:
                 row = first_row(self._probes[name], tenant=tenant, urir_key=urir_key, **values)
                 return None if row is None else _memento_from(row)
@@ -506,8 +588,9 @@ class Index:
     def list_mementos(
         self, tenant: str, urir_key: str, *, offset: int, limit: int
     ) -> list[Memento]:
-        rows = self.lookups.all(self._timemap_page, tenant=tenant, urir_key=urir_key,
-                                offset=offset, limit=limit)
+        rows = self.lookups.all(
+            self._timemap_page, tenant=tenant, urir_key=urir_key, offset=offset, limit=limit
+        )
         return [_memento_from(row) for row in rows]
 
     def count_mementos(self, tenant: str, urir_key: str) -> int:
@@ -523,31 +606,42 @@ class Index:
             )
             return [(r.id, r.content_hash, r.blob_version_id) for r in rows]
 
-    def load_mementos(self, connection: Connection, tenant: str, ids: Sequence[str]) -> list[Memento]:
+    def load_mementos(
+        self, connection: Connection, tenant: str, ids: Sequence[str]
+    ) -> list[Memento]:
         if not ids:
             return []
-        return self._load(connection, and_(mementos.c.tenant == tenant, mementos.c.id.in_(list(set(ids)))))
+        return self._load(
+            connection, and_(mementos.c.tenant == tenant, mementos.c.id.in_(list(set(ids))))
+        )
 
     def deleted_among(self, connection: Connection, ids: Collection[str]) -> set[str]:
         """Which of these mementos are tombstoned. Inside :meth:`write`, this sees every
         deletion committed so far (PostgreSQL: none can be in progress, see :meth:`write`)."""
         if not ids:
             return set()
-        return set(connection.execute(
-            select(mementos.c.id).where(mementos.c.id.in_(sorted(ids)), mementos.c.deleted_at.is_not(None))
-        ).scalars())
+        return set(
+            connection.execute(
+                select(mementos.c.id).where(
+                    mementos.c.id.in_(sorted(ids)), mementos.c.deleted_at.is_not(None)
+                )
+            ).scalars()
+        )
 
     def _load_ids(self, connection: Connection, ids: list[str]) -> list[Memento]:
         if self.dialect == "sqlite":  # the writer's hot path: one prepared statement, any count
-            rows = self.lookups.all_on(connection.connection.dbapi_connection,
-                                       self._mementos_by_ids, ids=json.dumps(ids))
+            rows = self.lookups.all_on(
+                connection.connection.dbapi_connection, self._mementos_by_ids, ids=json.dumps(ids)
+            )
             return [_memento_from(row) for row in rows]
         return self._load(connection, mementos.c.id.in_(ids))
 
     def _load(self, connection: Connection, where: Any) -> list[Memento]:
         return [_memento_from(row) for row in connection.execute(select(mementos).where(where))]
 
-    def _stored_response(self, connection: Connection, tenant: str, key: str) -> StoredResponse | None:
+    def _stored_response(
+        self, connection: Connection, tenant: str, key: str
+    ) -> StoredResponse | None:
         row = connection.execute(
             select(idempotency_keys).where(
                 idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key
@@ -558,7 +652,8 @@ class Index:
 
 def _stored_response_from(row: Any) -> StoredResponse:
     return StoredResponse(
-        request_hash=row.request_hash, status_code=row.status_code,
+        request_hash=row.request_hash,
+        status_code=row.status_code,
         body=json.loads(row.response_json),
     )
 
@@ -608,12 +703,21 @@ def _with_version(m: Memento, versions: dict[str, str | None]) -> Memento:
 
 def _memento_row(m: Memento) -> dict[str, Any]:
     return {
-        "id": m.id, "tenant": m.tenant, "uri_r": m.uri_r, "urir_key": m.urir_key,
-        "captured_at": m.captured_at, "archived_at": m.archived_at,
-        "content_hash": m.content_hash, "blob_version_id": m.blob_version_id,
-        "media_type": m.media_type, "size": m.size, "scope": m.scope.value,
-        "tool": m.facts.tool, "final_url": m.facts.final_url,
-        "http_status": m.facts.http_status, "headers_json": m.facts.headers_json(),
+        "id": m.id,
+        "tenant": m.tenant,
+        "uri_r": m.uri_r,
+        "urir_key": m.urir_key,
+        "captured_at": m.captured_at,
+        "archived_at": m.archived_at,
+        "content_hash": m.content_hash,
+        "blob_version_id": m.blob_version_id,
+        "media_type": m.media_type,
+        "size": m.size,
+        "scope": m.scope.value,
+        "tool": m.facts.tool,
+        "final_url": m.facts.final_url,
+        "http_status": m.facts.http_status,
+        "headers_json": m.facts.headers_json(),
     }
 
 
@@ -637,14 +741,25 @@ def _headers_from(text: str) -> dict[str, str]:
 
 def _memento_from(row: Row[Any] | RowView) -> Memento:
     return Memento(
-        id=row.id, tenant=row.tenant, uri_r=row.uri_r, urir_key=row.urir_key,
-        captured_at=row.captured_at, archived_at=row.archived_at,
-        content_hash=row.content_hash, blob_version_id=row.blob_version_id,
-        media_type=row.media_type, size=row.size, scope=Scope(row.scope),
+        id=row.id,
+        tenant=row.tenant,
+        uri_r=row.uri_r,
+        urir_key=row.urir_key,
+        captured_at=row.captured_at,
+        archived_at=row.archived_at,
+        content_hash=row.content_hash,
+        blob_version_id=row.blob_version_id,
+        media_type=row.media_type,
+        size=row.size,
+        scope=Scope(row.scope),
         facts=CaptureFacts(
-            tool=row.tool, final_url=row.final_url, http_status=row.http_status,
+            tool=row.tool,
+            final_url=row.final_url,
+            http_status=row.http_status,
             headers=_headers_from(row.headers_json),
         ),
-        expires_at=row.expires_at, deleted_at=row.deleted_at,
-        deletion_reason=row.deletion_reason, legal_hold=bool(row.legal_hold),
+        expires_at=row.expires_at,
+        deleted_at=row.deleted_at,
+        deletion_reason=row.deletion_reason,
+        legal_hold=bool(row.legal_hold),
     )

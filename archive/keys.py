@@ -109,11 +109,13 @@ class KeyRing:
         self._secret = server_secret
         # Verified keys, by fingerprint, until the next revocation (archive/signals.py).
         self._verified: ReadCache[bytes, Principal] = ReadCache(
-            index.sqlite_path, "revocations", budget=_VERIFIED_CACHE_SIZE)
+            index.sqlite_path, "revocations", budget=_VERIFIED_CACHE_SIZE
+        )
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
-            select(api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at)
-            .where(api_keys.c.key_id == bindparam("key_id"))
+            select(
+                api_keys.c.tenant, api_keys.c.role, api_keys.c.key_hmac, api_keys.c.revoked_at
+            ).where(api_keys.c.key_id == bindparam("key_id"))
         )
 
     def create(self, tenant: str, role: Role | str, name: str | None = None) -> IssuedKey:
@@ -128,8 +130,12 @@ class KeyRing:
             self.index.ensure_tenants(connection, {tenant})
             connection.execute(
                 insert(api_keys).values(
-                    key_id=key_id, tenant=tenant, role=role.value, name=name,
-                    key_hmac=self._digest(key), created_at=info.created_at,
+                    key_id=key_id,
+                    tenant=tenant,
+                    role=role.value,
+                    name=name,
+                    key_hmac=self._digest(key),
+                    created_at=info.created_at,
                 )
             )
         return IssuedKey(info, key)
@@ -152,7 +158,9 @@ class KeyRing:
         # Refuses where the servers could not hear of it: they would go on trusting the key.
         with self._verified.changing(), self.index.write() as connection:
             connection.execute(
-                update(api_keys).where(*where, api_keys.c.revoked_at.is_(None)).values(revoked_at=utc_now())
+                update(api_keys)
+                .where(*where, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=utc_now())
             )
         found = [k for k in self.list(tenant) if k.key_id == key_id]
         if not found:

@@ -62,8 +62,14 @@ def _quote(value: str) -> str:
     return '"' + cleaned.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def robust_link(uri_r: str, uri_m: str, version_date: datetime, *, text: str | None = None,
-                extra: dict[str, str] | None = None) -> str:
+def robust_link(
+    uri_r: str,
+    uri_m: str,
+    version_date: datetime,
+    *,
+    text: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> str:
     """A Robust Link (robustlinks.mementoweb.org): the original in ``href`` plus the memento.
 
     Every attribute value is HTML-escaped, so no URI-R can break out of the tag.
@@ -75,7 +81,9 @@ def robust_link(uri_r: str, uri_m: str, version_date: datetime, *, text: str | N
         "data-versiondate": version_date.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         **(extra or {}),
     }
-    rendered = " ".join(f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items())
+    rendered = " ".join(
+        f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items()
+    )
     return f"<a {rendered}>{html.escape(text if text is not None else uri_r)}</a>"
 
 
@@ -102,8 +110,11 @@ def text_fragment_url(uri_r: str, exact: str, prefix: str = "", suffix: str = ""
     if len(blocks) == 1 and len(first) <= 2 * _FRAGMENT_WORDS:
         body = _encode_fragment(" ".join(first))
     else:
-        body = (_encode_fragment(" ".join(first[:_FRAGMENT_WORDS])) + ","
-                + _encode_fragment(" ".join(last[-_FRAGMENT_WORDS:])))
+        body = (
+            _encode_fragment(" ".join(first[:_FRAGMENT_WORDS]))
+            + ","
+            + _encode_fragment(" ".join(last[-_FRAGMENT_WORDS:]))
+        )
     before = _BLOCK_BREAK.split(prefix)[-1].split()[-1:]
     after = _BLOCK_BREAK.split(suffix)[0].split()[:1]
     if before:

@@ -29,9 +29,19 @@ _MEDIA_TYPE = re.compile(
 # make conditional re-fetches (drift) possible. Anything else is dropped, not stored.
 KEPT_HEADERS = frozenset(
     {
-        "content-type", "content-language", "content-location", "content-length",
-        "etag", "last-modified", "date", "cache-control", "expires", "link",
-        "memento-datetime", "x-robots-tag", "content-disposition",
+        "content-type",
+        "content-language",
+        "content-location",
+        "content-length",
+        "etag",
+        "last-modified",
+        "date",
+        "cache-control",
+        "expires",
+        "link",
+        "memento-datetime",
+        "x-robots-tag",
+        "content-disposition",
     }
 )
 MAX_HEADER_VALUE = 2048
@@ -110,8 +120,12 @@ def check_media_type(value: str) -> str:
 
 def check_tool(value: str | None) -> str | None:
     """The capturing tool's name (``http.get``): printable text, as every index can store."""
-    if value is not None and (len(value) > MAX_TOOL_NAME or any(ord(c) < 0x20 or c == "\x7f" for c in value)):
-        raise InvalidContent(f"tool must be at most {MAX_TOOL_NAME} characters, without control characters")
+    if value is not None and (
+        len(value) > MAX_TOOL_NAME or any(ord(c) < 0x20 or c == "\x7f" for c in value)
+    ):
+        raise InvalidContent(
+            f"tool must be at most {MAX_TOOL_NAME} characters, without control characters"
+        )
     return value
 
 

@@ -56,10 +56,12 @@ class PreparedLookup:
         )
         # Binds given a value in the statement (LIMIT's), and binds whose type converts
         # what it binds (a datetime to SQLite's text, or to naive UTC): applied as Core would.
-        self._defaults = {name: bind.value for name, bind in compiled.binds.items()
-                          if not bind.required}
+        self._defaults = {
+            name: bind.value for name, bind in compiled.binds.items() if not bind.required
+        }
         self._bind_processors = {
-            name: process for name, bind in compiled.binds.items()
+            name: process
+            for name, bind in compiled.binds.items()
             if (process := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
         }
         columns = list(statement.selected_columns)
@@ -69,7 +71,9 @@ class PreparedLookup:
         processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
         # Only the columns that have one (on SQLite, a memento's four datetimes of nineteen).
         self._processors: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
-            (position, process) for position, process in enumerate(processors) if process is not None
+            (position, process)
+            for position, process in enumerate(processors)
+            if process is not None
         )
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
@@ -166,8 +170,9 @@ class Lookups:
             assert self._sqlite_path is not None
             # Autocommit: each SELECT is its own short read transaction, so a thread's
             # connection never pins an old snapshot of the WAL between requests.
-            connection = sqlite3.connect(self._sqlite_path, isolation_level=None,
-                                         check_same_thread=False)
+            connection = sqlite3.connect(
+                self._sqlite_path, isolation_level=None, check_same_thread=False
+            )
             connection.execute("PRAGMA busy_timeout=30000")
             connection.execute("PRAGMA query_only=ON")
             with self._opened_lock:
@@ -176,7 +181,9 @@ class Lookups:
         return connection
 
 
-def _first_on(dbapi_connection: Any, lookup: PreparedLookup, values: Mapping[str, Any]) -> Any | None:
+def _first_on(
+    dbapi_connection: Any, lookup: PreparedLookup, values: Mapping[str, Any]
+) -> Any | None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(lookup.sql, lookup.parameters(values))
@@ -197,7 +204,9 @@ class PreparedWrite:
     rolls back with it), applying the bind types' processors as Core would.
     """
 
-    def __init__(self, statement: Any, engine: Engine, column_keys: list[str] | None = None) -> None:
+    def __init__(
+        self, statement: Any, engine: Engine, column_keys: list[str] | None = None
+    ) -> None:
         dialect = engine.dialect
         compiled = statement.compile(dialect=dialect, column_keys=column_keys)
         self.sql = compiled.string
@@ -207,9 +216,13 @@ class PreparedWrite:
         ]
 
     def _parameters(self, row: Mapping[str, Any]) -> list[Any]:
-        return [row[name] if process is None else process(row[name]) for name, process in self._binds]
+        return [
+            row[name] if process is None else process(row[name]) for name, process in self._binds
+        ]
 
-    def run_each(self, dbapi_connection: Any, rows: list[dict[str, Any]], key: str | None) -> set[Any]:
+    def run_each(
+        self, dbapi_connection: Any, rows: list[dict[str, Any]], key: str | None
+    ) -> set[Any]:
         """Execute once per row; the ``key`` values of rows that changed something (for
         ``INSERT … ON CONFLICT DO NOTHING``: the rows really inserted)."""
         cursor = dbapi_connection.cursor()
@@ -241,36 +254,61 @@ class BatchInsert:
     exact because the caller holds SQLite's write lock (``BEGIN IMMEDIATE``).
     """
 
-    def __init__(self, table: Table, conflict: list[str], keys: list[str], engine: Engine,
-                 key: str | None = None) -> None:
+    def __init__(
+        self,
+        table: Table,
+        conflict: list[str],
+        keys: list[str],
+        engine: Engine,
+        key: str | None = None,
+    ) -> None:
         dialect = engine.dialect
         rows = func.json_each(bindparam("rows", type_=Text)).table_valued("value")
-        values: list[Any] = [literal_column(f"json_extract(value, '$[{i}]')") for i in range(len(keys))]
-        statement = sqlite.insert(table).from_select(
-            keys, select(*values).select_from(rows).where(true()),  # WHERE: SQLite's upsert syntax
-            include_defaults=False,  # rows carry every column they set, as for PreparedWrite
-        ).on_conflict_do_nothing(index_elements=conflict)
+        values: list[Any] = [
+            literal_column(f"json_extract(value, '$[{i}]')") for i in range(len(keys))
+        ]
+        statement = (
+            sqlite.insert(table)
+            .from_select(
+                keys,
+                select(*values).select_from(rows).where(true()),  # WHERE: SQLite's upsert syntax
+                include_defaults=False,  # rows carry every column they set, as for PreparedWrite
+            )
+            .on_conflict_do_nothing(index_elements=conflict)
+        )
         self.sql = statement.compile(dialect=dialect).string
-        self._processors = [table.c[k].type.dialect_impl(dialect).bind_processor(dialect)
-                            for k in keys]
+        self._processors = [
+            table.c[k].type.dialect_impl(dialect).bind_processor(dialect) for k in keys
+        ]
         self._keys = keys
         self._key = key
-        self._row_by_row = PreparedWrite(sqlite.insert(table).on_conflict_do_nothing(
-            index_elements=conflict), engine, keys)
+        self._row_by_row = PreparedWrite(
+            sqlite.insert(table).on_conflict_do_nothing(index_elements=conflict), engine, keys
+        )
         self._existing: str | None = None
         if key is not None:
             column: Column[Any] = table.c[key]
-            self._existing = select(column).where(column.in_(select(rows.c.value))).compile(
-                dialect=dialect).string
+            self._existing = (
+                select(column)
+                .where(column.in_(select(rows.c.value)))
+                .compile(dialect=dialect)
+                .string
+            )
 
     def run(self, dbapi_connection: Any, rows: list[dict[str, Any]]) -> set[Any]:
         """Insert ``rows`` (each with exactly the keys given at creation); the ``key`` values
         of the rows really inserted (an empty set without ``key``)."""
         encoded = json.dumps(
-            [[row[name] if process is None else process(row[name])
-              for name, process in zip(self._keys, self._processors, strict=True)]
-             for row in rows],
-            ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+            [
+                [
+                    row[name] if process is None else process(row[name])
+                    for name, process in zip(self._keys, self._processors, strict=True)
+                ]
+                for row in rows
+            ],
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
         )
         if "\\u0000" in encoded:
             return self._row_by_row.run_each(dbapi_connection, rows, self._key)
@@ -279,7 +317,11 @@ class BatchInsert:
             dbapi_connection.execute(self.sql, (encoded,))
             return set()
         offered = [row[key] for row in rows]
-        existing = {found for (found,) in dbapi_connection.execute(
-            self._existing, (json.dumps(offered, ensure_ascii=False),))}
+        existing = {
+            found
+            for (found,) in dbapi_connection.execute(
+                self._existing, (json.dumps(offered, ensure_ascii=False),)
+            )
+        }
         dbapi_connection.execute(self.sql, (encoded,))
         return set(offered) - existing

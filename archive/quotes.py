@@ -113,8 +113,13 @@ _ONE_FOR_ONE: tuple[tuple[str, str], ...] = (
 _DELETED = "\u00ad\u200b\u2060\ufeff"
 _EXPANDED = {"\u2026": "..."}
 _LIGATURES = {
-    "\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
-    "\ufb05": "st", "\ufb06": "st",
+    "\ufb00": "ff",
+    "\ufb01": "fi",
+    "\ufb02": "fl",
+    "\ufb03": "ffi",
+    "\ufb04": "ffl",
+    "\ufb05": "st",
+    "\ufb06": "st",
 }
 _PDF_EXPANDED = {**_EXPANDED, **_LIGATURES}
 _SPACE_OR_DELETED = f"[ {_DELETED}]"
@@ -454,7 +459,7 @@ def _inside_a_character(text: str, at: int) -> bool:
     # NFC acts on a starter and the marks after it (a Hangul syllable is at most three
     # jamo): a cut is clean when normalising each side alone gives what normalising both
     # together gives. Eight characters a side cover any realistic combining sequence.
-    before, after = text[max(0, at - 8):at], text[at:at + 8]
+    before, after = text[max(0, at - 8) : at], text[at : at + 8]
     nfc = unicodedata.normalize
     return nfc("NFC", before + after) != nfc("NFC", before) + nfc("NFC", after)
 
@@ -548,7 +553,9 @@ def locate(
     normalisation. Raises :class:`EmptyQuote` or :class:`QuoteNotFound` (both
     :class:`~archive.exceptions.InvalidInput`)."""
     _check_quote(exact)
-    if not _normalise(exact, "plain"):  # e.g. only soft hyphens: nothing :func:`quote_hash` could hash
+    if not _normalise(
+        exact, "plain"
+    ):  # e.g. only soft hyphens: nothing :func:`quote_hash` could hash
         raise EmptyQuote("the quote is empty")
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
         raise InvalidInput("quote.position must be an integer")
@@ -560,8 +567,11 @@ def locate(
 
     method: Literal["exact", "normalised"] = "exact"
     mode = prepared.modes[0]
-    spans = [(at, at + len(exact)) for at in _occurrences(source, exact)
-             if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))]
+    spans = [
+        (at, at + len(exact))
+        for at in _occurrences(source, exact)
+        if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))
+    ]
     if not spans:
         method = "normalised"
         for mode in prepared.modes:
@@ -571,7 +581,9 @@ def locate(
             variant = prepared.variant(mode)
             found = _occurrences(variant.normalised, wanted)
             spans = [
-                span for span in (variant.span(at, at + len(wanted)) for at in found) if span is not None
+                span
+                for span in (variant.span(at, at + len(wanted)) for at in found)
+                if span is not None
             ]
             if spans:
                 break
@@ -585,8 +597,8 @@ def locate(
         start=start,
         end=end,
         exact=source[start:end],
-        prefix=source[max(0, start - context):start],
-        suffix=source[end:end + context],
+        prefix=source[max(0, start - context) : start],
+        suffix=source[end : end + context],
         method=method,
         occurrences=len(spans),
     )

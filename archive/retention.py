@@ -82,9 +82,13 @@ class SweepReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "dry_run": self.dry_run, "evaluated": self.evaluated,
-            "mementos_deleted": self.mementos_deleted, "blobs_deleted": self.blobs_deleted,
-            "bytes_deleted": self.bytes_deleted, "held": self.held, "not_yet": self.not_yet,
+            "dry_run": self.dry_run,
+            "evaluated": self.evaluated,
+            "mementos_deleted": self.mementos_deleted,
+            "blobs_deleted": self.blobs_deleted,
+            "bytes_deleted": self.bytes_deleted,
+            "held": self.held,
+            "not_yet": self.not_yet,
             "extended": self.extended,
             "next_expiry": to_rfc3339(self.next_expiry) if self.next_expiry else None,
         }
@@ -107,10 +111,18 @@ class _Verdict(NamedTuple):  # a tuple: built once per evaluated memento, cheapl
         ``policies``: ``transcript id:retention`` of each transcript reaching it."""
         assert self.expiry is not None
         if not self.cited:
-            return {"kind": "retention", "policy": "uncited-grace", "grace_days": grace.days,
-                    "expired_at": to_rfc3339(self.expiry)}
-        return {"kind": "retention", "policy": "transcripts", "expired_at": to_rfc3339(self.expiry),
-                "transcripts": sorted(set(policies))[:20]}
+            return {
+                "kind": "retention",
+                "policy": "uncited-grace",
+                "grace_days": grace.days,
+                "expired_at": to_rfc3339(self.expiry),
+            }
+        return {
+            "kind": "retention",
+            "policy": "transcripts",
+            "expired_at": to_rfc3339(self.expiry),
+            "transcripts": sorted(set(policies))[:20],
+        }
 
 
 def _check_reason(reason: str) -> str:
@@ -140,7 +152,11 @@ class Retention:
     # -- the sweep -----------------------------------------------------------------------
 
     def sweep(
-        self, *, now: datetime | None = None, batch_size: int = 500, dry_run: bool = False,
+        self,
+        *,
+        now: datetime | None = None,
+        batch_size: int = 500,
+        dry_run: bool = False,
         progress: Callable[[SweepReport], None] | None = None,
     ) -> SweepReport:
         now = now or utc_now()
@@ -196,32 +212,51 @@ class Retention:
         extended = holds_changed = 0
         with self.index.read() as connection:
             wanted = connection.execute(
-                select(mementos.c.content_hash, mementos.c.blob_version_id,
-                       func.max(mementos.c.expires_at).label("until"),
-                       func.max(mementos.c.legal_hold).label("hold"))
+                select(
+                    mementos.c.content_hash,
+                    mementos.c.blob_version_id,
+                    func.max(mementos.c.expires_at).label("until"),
+                    func.max(mementos.c.legal_hold).label("hold"),
+                )
                 .where(mementos.c.deleted_at.is_(None))
                 .group_by(mementos.c.content_hash, mementos.c.blob_version_id)
             ).all()
             # Every path a sweep counts (citations, and what REACHERS adds, e.g. drift
             # checks' archived pages), so the store holds what Amber itself would keep.
-            reach = self._reach(select(mementos.c.id).where(mementos.c.deleted_at.is_(None)),
-                                tuple(REACHERS))
-            held_by_transcripts = set(connection.execute(
-                select(mementos.c.content_hash)
-                .join(reach, reach.c.memento_id == mementos.c.id)
-                .join(transcripts, and_(transcripts.c.tenant == reach.c.tenant,
-                                        transcripts.c.id == reach.c.transcript_id))
-                .where(transcripts.c.legal_hold == 1)
-            ).scalars())
-            applied = {row.address: row for row in connection.execute(
-                select(blobs.c.address, blobs.c.lock_until, blobs.c.lock_legal_hold))}
+            reach = self._reach(
+                select(mementos.c.id).where(mementos.c.deleted_at.is_(None)), tuple(REACHERS)
+            )
+            held_by_transcripts = set(
+                connection.execute(
+                    select(mementos.c.content_hash)
+                    .join(reach, reach.c.memento_id == mementos.c.id)
+                    .join(
+                        transcripts,
+                        and_(
+                            transcripts.c.tenant == reach.c.tenant,
+                            transcripts.c.id == reach.c.transcript_id,
+                        ),
+                    )
+                    .where(transcripts.c.legal_hold == 1)
+                ).scalars()
+            )
+            applied = {
+                row.address: row
+                for row in connection.execute(
+                    select(blobs.c.address, blobs.c.lock_until, blobs.c.lock_legal_hold)
+                )
+            }
         for row in wanted:
             current = applied.get(row.content_hash)
             until = ceil_to_day(row.until) if row.until else None
             hold = bool(row.hold) or row.content_hash in held_by_transcripts
             changes: dict[str, Any] = {}
-            if until is not None and (current is None or current.lock_until is None or until > current.lock_until):
-                changes["lock_until"] = store.set_retention(row.content_hash, row.blob_version_id, until)
+            if until is not None and (
+                current is None or current.lock_until is None or until > current.lock_until
+            ):
+                changes["lock_until"] = store.set_retention(
+                    row.content_hash, row.blob_version_id, until
+                )
                 extended += 1
             if current is None or bool(current.lock_legal_hold) != hold:
                 store.set_legal_hold(row.content_hash, row.blob_version_id, hold)
@@ -229,7 +264,9 @@ class Retention:
                 holds_changed += 1
             if changes:
                 with self.index.write() as connection:
-                    connection.execute(update(blobs).where(blobs.c.address == row.content_hash).values(**changes))
+                    connection.execute(
+                        update(blobs).where(blobs.c.address == row.content_hash).values(**changes)
+                    )
         return {"extended": extended, "holds_changed": holds_changed}
 
     def _candidates(
@@ -240,8 +277,12 @@ class Retention:
         due = and_(mementos.c.deleted_at.is_(None), mementos.c.expires_at <= now)
         if cursor is not None:
             due = and_(due, tuple_(mementos.c.expires_at, mementos.c.id) > cursor)
-        query = (select(mementos.c.expires_at, mementos.c.id).where(due)
-                 .order_by(mementos.c.expires_at, mementos.c.id).limit(limit))
+        query = (
+            select(mementos.c.expires_at, mementos.c.id)
+            .where(due)
+            .order_by(mementos.c.expires_at, mementos.c.id)
+            .limit(limit)
+        )
         with self.index.read() as connection:
             return [(row.expires_at, row.id) for row in connection.execute(query)]
 
@@ -265,7 +306,8 @@ class Retention:
                 return
             if fresh:
                 connection.execute(
-                    update(mementos).where(mementos.c.id == bindparam("target"))
+                    update(mementos)
+                    .where(mementos.c.id == bindparam("target"))
                     .values(expires_at=bindparam("until")),
                     [{"target": v.memento_id, "until": v.expiry} for v in fresh],
                 )
@@ -279,19 +321,25 @@ class Retention:
         SQLAlchemy more than the queries themselves, and no dialect limit on bound
         parameters applies.
         """
-        payload = (bindparam("ids", type_=Text) if items is None
-                   else bindparam(None, json.dumps(list(items)), type_=Text))
+        payload = (
+            bindparam("ids", type_=Text)
+            if items is None
+            else bindparam(None, json.dumps(list(items)), type_=Text)
+        )
         if self.index.dialect == "postgresql":
             values = func.jsonb_array_elements_text(cast(payload, JSONB)).table_valued("value")
         else:
             values = func.json_each(payload).table_valued("value")
         return select(values.c.value)
 
-    def _reach(self, ids: Select[Any], reachers: Iterable[Callable[[Select[Any]], Iterable[Select[Any]]]]) -> Any:
+    def _reach(
+        self, ids: Select[Any], reachers: Iterable[Callable[[Select[Any]], Iterable[Select[Any]]]]
+    ) -> Any:
         """(memento_id, tenant, transcript_id) for every transcript reaching one of ``ids``."""
         sources = [
-            select(column.label("memento_id"), citations.c.tenant, citations.c.transcript_id)
-            .where(column.in_(ids))
+            select(column.label("memento_id"), citations.c.tenant, citations.c.transcript_id).where(
+                column.in_(ids)
+            )
             for column in (citations.c.passage_memento_id, citations.c.document_memento_id)
         ]
         for reacher in reachers:
@@ -300,19 +348,29 @@ class Retention:
 
     def _evaluation_queries(self) -> _EvaluationQueries:
         reachers = tuple(REACHERS)
-        if self._queries is None or self._queries.reachers != reachers:  # rebuilt if one registers late
+        if (
+            self._queries is None or self._queries.reachers != reachers
+        ):  # rebuilt if one registers late
             ids = self._values()
             reach = self._reach(ids, reachers)
-            by_transcript = and_(transcripts.c.tenant == reach.c.tenant, transcripts.c.id == reach.c.transcript_id)
+            by_transcript = and_(
+                transcripts.c.tenant == reach.c.tenant, transcripts.c.id == reach.c.transcript_id
+            )
             self._queries = _EvaluationQueries(
                 reachers=reachers,
-                rows=select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold)
-                .where(mementos.c.id.in_(ids), mementos.c.deleted_at.is_(None)),
-                citing=select(reach.c.memento_id, func.max(transcripts.c.retain_until),
-                              func.max(transcripts.c.legal_hold))
-                .join(transcripts, by_transcript).group_by(reach.c.memento_id),
-                policies=select(reach.c.memento_id, transcripts.c.id, transcripts.c.retention)
-                .join(transcripts, by_transcript),
+                rows=select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold).where(
+                    mementos.c.id.in_(ids), mementos.c.deleted_at.is_(None)
+                ),
+                citing=select(
+                    reach.c.memento_id,
+                    func.max(transcripts.c.retain_until),
+                    func.max(transcripts.c.legal_hold),
+                )
+                .join(transcripts, by_transcript)
+                .group_by(reach.c.memento_id),
+                policies=select(reach.c.memento_id, transcripts.c.id, transcripts.c.retention).join(
+                    transcripts, by_transcript
+                ),
             )
         return self._queries
 
@@ -321,8 +379,10 @@ class Retention:
         queries = self._evaluation_queries()
         batch = {"ids": json.dumps(list(ids))}
         rows = connection.execute(queries.rows, batch).all()
-        citing = {memento_id: (until, hold) for memento_id, until, hold
-                  in connection.execute(queries.citing, batch)}
+        citing = {
+            memento_id: (until, hold)
+            for memento_id, until, hold in connection.execute(queries.citing, batch)
+        }
         grace = self.grace
         verdicts = []
         for memento_id, archived_at, held in rows:
@@ -349,11 +409,16 @@ class Retention:
             return
         policies = self._policies(connection, [v.memento_id for v in expired if v.cited])
         connection.execute(
-            update(mementos).where(mementos.c.id == bindparam("target"), mementos.c.deleted_at.is_(None))
+            update(mementos)
+            .where(mementos.c.id == bindparam("target"), mementos.c.deleted_at.is_(None))
             .values(deleted_at=now, deletion_reason=bindparam("why")),
-            [{"target": v.memento_id,
-              "why": json.dumps(v.reason(self.grace, policies.get(v.memento_id, ())))}
-             for v in expired],
+            [
+                {
+                    "target": v.memento_id,
+                    "why": json.dumps(v.reason(self.grace, policies.get(v.memento_id, ()))),
+                }
+                for v in expired
+            ],
         )
         ids = [v.memento_id for v in expired]
         self._forget_text(connection, ids)
@@ -363,47 +428,71 @@ class Retention:
         # Tombstones keep hashes, dates and policy — never quote or selector text, nor the
         # drift diffs (old and new wording of the cited passage).
         batch = self._values(memento_ids)
-        connection.execute(update(citations).where(citations.c.passage_memento_id.in_(batch))
-                           .values(selector_json=None))
-        connection.execute(update(drift_checks).where(drift_checks.c.memento_id.in_(batch))
-                           .values(diff_json=None))
+        connection.execute(
+            update(citations)
+            .where(citations.c.passage_memento_id.in_(batch))
+            .values(selector_json=None)
+        )
+        connection.execute(
+            update(drift_checks).where(drift_checks.c.memento_id.in_(batch)).values(diff_json=None)
+        )
 
     def _mark_orphans_dying(self, connection: Any, memento_ids: Sequence[str]) -> None:
         """Mark ``deleting`` the live blobs of these mementos that no live memento uses."""
-        used = exists().where(mementos.c.content_hash == blobs.c.address,
-                              mementos.c.deleted_at.is_(None))
+        used = exists().where(
+            mementos.c.content_hash == blobs.c.address, mementos.c.deleted_at.is_(None)
+        )
         connection.execute(
-            update(blobs).where(
-                blobs.c.address.in_(select(mementos.c.content_hash)
-                                    .where(mementos.c.id.in_(self._values(memento_ids)))),
-                blobs.c.state == "live", ~used,
-            ).values(state="deleting")
+            update(blobs)
+            .where(
+                blobs.c.address.in_(
+                    select(mementos.c.content_hash).where(
+                        mementos.c.id.in_(self._values(memento_ids))
+                    )
+                ),
+                blobs.c.state == "live",
+                ~used,
+            )
+            .values(state="deleting")
         )
 
     def _delete_dying_blobs(self, report: SweepReport) -> None:
         with self.index.read() as connection:
-            dying = connection.execute(
-                select(blobs.c.address).where(blobs.c.state == "deleting").order_by(blobs.c.address)
-            ).scalars().all()
-        step = (BLOBS_PER_TRANSACTION if hasattr(self.archive.blobs, "batched_deletes")
-                else REMOTE_BLOBS_PER_TRANSACTION)
+            dying = (
+                connection.execute(
+                    select(blobs.c.address)
+                    .where(blobs.c.state == "deleting")
+                    .order_by(blobs.c.address)
+                )
+                .scalars()
+                .all()
+            )
+        step = (
+            BLOBS_PER_TRANSACTION
+            if hasattr(self.archive.blobs, "batched_deletes")
+            else REMOTE_BLOBS_PER_TRANSACTION
+        )
         for start in range(0, len(dying), step):
             with self.index.write(exclusive=True) as connection:
-                self._delete_blobs_locked(connection, dying[start:start + step], report)
+                self._delete_blobs_locked(connection, dying[start : start + step], report)
 
     def _delete_blob(self, address: str, report: SweepReport, erasure: str | None = None) -> None:
         with self.index.write(exclusive=True) as connection:
             self._delete_blobs_locked(connection, [address], report, erasure)
 
     def _delete_blobs_locked(
-        self, connection: Any, addresses: Sequence[str], report: SweepReport,
+        self,
+        connection: Any,
+        addresses: Sequence[str],
+        report: SweepReport,
         erasure: str | None = None,
     ) -> None:
         """Delete these ``deleting`` blobs' bytes, then mark them ``deleted`` (inside the write
         transaction, so no write can land on them meanwhile). With an ``erasure`` reason the
         store erases (an admin's takedown bypasses GOVERNANCE retention; a sweep never does)."""
-        query = (select(blobs.c.address, blobs.c.version_id, blobs.c.size)
-                 .where(blobs.c.address.in_(self._values(addresses)), blobs.c.state == "deleting"))
+        query = select(blobs.c.address, blobs.c.version_id, blobs.c.size).where(
+            blobs.c.address.in_(self._values(addresses)), blobs.c.state == "deleting"
+        )
         if self.index.dialect == "postgresql":
             query = query.with_for_update(skip_locked=True)  # another sweep has the others
         dying = {row.address: row for row in connection.execute(query)}
@@ -412,19 +501,26 @@ class Retention:
         # Re-checked under the lock: a memento written since the blob was marked keeps it.
         # Every version any memento recorded is deleted (one statement for both answers).
         used: set[str] = set()
-        versions: dict[str, set[str | None]] = {address: {row.version_id} for address, row in dying.items()}
+        versions: dict[str, set[str | None]] = {
+            address: {row.version_id} for address, row in dying.items()
+        }
         for address, version, live in connection.execute(
-            select(mementos.c.content_hash, mementos.c.blob_version_id,
-                   mementos.c.deleted_at.is_(None)).distinct()
+            select(
+                mementos.c.content_hash, mementos.c.blob_version_id, mementos.c.deleted_at.is_(None)
+            )
+            .distinct()
             .where(mementos.c.content_hash.in_(self._values(dying)))
         ):
             versions[address].add(version)
             if live:
                 used.add(address)
         if used:
-            connection.execute(update(blobs).where(blobs.c.address.in_(self._values(used)))
-                               .values(state="live"))
-            versions = {address: known for address, known in versions.items() if address not in used}
+            connection.execute(
+                update(blobs).where(blobs.c.address.in_(self._values(used))).values(state="live")
+            )
+            versions = {
+                address: known for address, known in versions.items() if address not in used
+            }
         if not versions:
             return
         deleted: list[str] = []
@@ -448,28 +544,36 @@ class Retention:
                 deleted.append(address)
         if not deleted:
             return
-        connection.execute(update(blobs).where(blobs.c.address.in_(self._values(deleted)))
-                           .values(state="deleted"))
+        connection.execute(
+            update(blobs).where(blobs.c.address.in_(self._values(deleted))).values(state="deleted")
+        )
         report.blobs_deleted += len(deleted)
         report.bytes_deleted += sum(int(dying[address].size) for address in deleted)
 
     def _batched_deletes(self) -> AbstractContextManager[Any]:
         batched: Callable[[], AbstractContextManager[Any]] | None = getattr(
-            self.archive.blobs, "batched_deletes", None)
+            self.archive.blobs, "batched_deletes", None
+        )
         return batched() if batched is not None else nullcontext()
 
     def _next_expiry(self, now: datetime) -> datetime | None:
         with self.index.read() as connection:
             value = connection.execute(
-                select(func.min(mementos.c.expires_at))
-                .where(mementos.c.deleted_at.is_(None), mementos.c.expires_at > now)
+                select(func.min(mementos.c.expires_at)).where(
+                    mementos.c.deleted_at.is_(None), mementos.c.expires_at > now
+                )
             ).scalar()
         return value if value is None or value.tzinfo else value.replace(tzinfo=now.tzinfo)
 
     # -- garbage collection of orphan blobs ----------------------------------------------
 
-    def collect_orphans(self, *, safety_age: timedelta = timedelta(hours=1),
-                        now: datetime | None = None, dry_run: bool = False) -> list[str]:
+    def collect_orphans(
+        self,
+        *,
+        safety_age: timedelta = timedelta(hours=1),
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
         """Delete blobs no index row knows (a write that crashed before its commit).
 
         Only blobs older than ``safety_age``: an in-flight write stores its blob first and
@@ -479,7 +583,9 @@ class Retention:
         collected = []
         for address in self.archive.blobs.addresses():
             with self.index.read() as connection:
-                known = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
+                known = connection.execute(
+                    select(blobs.c.state).where(blobs.c.address == address)
+                ).first()
             if known is not None and known.state == "live":
                 continue
             stored_at = self._stored_at(address)
@@ -491,8 +597,13 @@ class Retention:
                 collected.append(address)
         return collected
 
-    def collect_temp_files(self, *, safety_age: timedelta = timedelta(hours=1),
-                           now: datetime | None = None, dry_run: bool = False) -> list[str]:
+    def collect_temp_files(
+        self,
+        *,
+        safety_age: timedelta = timedelta(hours=1),
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
         """Delete the local store's temp files older than ``safety_age``: bytes a write staged
         and never published because its process died. They hold captured text that nothing
         acknowledged or refers to, so no retention rule would ever delete them otherwise.
@@ -526,11 +637,24 @@ class Retention:
             # (its publish found them in place, old, with no row yet) then finds the blob not
             # live when it commits and re-stores it, rather than acknowledging a memento whose
             # bytes we are about to delete.
-            self.index.insert_ignoring(connection, blobs, [{
-                "address": address, "size": 0, "version_id": None, "stored_at": utc_now(),
-                "state": "deleted", "lock_legal_hold": 0,
-            }], conflict=["address"])
-            row = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).first()
+            self.index.insert_ignoring(
+                connection,
+                blobs,
+                [
+                    {
+                        "address": address,
+                        "size": 0,
+                        "version_id": None,
+                        "stored_at": utc_now(),
+                        "state": "deleted",
+                        "lock_legal_hold": 0,
+                    }
+                ],
+                conflict=["address"],
+            )
+            row = connection.execute(
+                select(blobs.c.state).where(blobs.c.address == address)
+            ).first()
             if row is not None and row.state == "live":
                 return
             # An orphan has no recorded VersionId: delete every version the store holds.
@@ -539,30 +663,55 @@ class Retention:
 
     # -- admin actions (each one in the append-only admin log) ---------------------------
 
-    def set_transcript_hold(self, tenant: str, transcript_id: str, on: bool, reason: str, actor: str) -> None:
+    def set_transcript_hold(
+        self, tenant: str, transcript_id: str, on: bool, reason: str, actor: str
+    ) -> None:
         reason = _check_reason(reason)
         with self.index.write() as connection:
             result = connection.execute(
-                update(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                update(transcripts)
+                .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
                 .values(legal_hold=1 if on else 0)
             )
             if not result.rowcount:
                 raise TranscriptNotFound("no transcript with this id")
-            self._log(connection, tenant, actor, "legal_hold." + ("on" if on else "off"),
-                      "transcript", transcript_id, reason, {})
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "legal_hold." + ("on" if on else "off"),
+                "transcript",
+                transcript_id,
+                reason,
+                {},
+            )
 
-    def set_memento_hold(self, tenant: str, memento_id: str, on: bool, reason: str, actor: str) -> None:
+    def set_memento_hold(
+        self, tenant: str, memento_id: str, on: bool, reason: str, actor: str
+    ) -> None:
         reason = _check_reason(reason)
         with self.index.write() as connection:
             result = connection.execute(
-                update(mementos).where(mementos.c.tenant == tenant, mementos.c.id == memento_id,
-                                       mementos.c.deleted_at.is_(None))
+                update(mementos)
+                .where(
+                    mementos.c.tenant == tenant,
+                    mementos.c.id == memento_id,
+                    mementos.c.deleted_at.is_(None),
+                )
                 .values(legal_hold=1 if on else 0)
             )
             if not result.rowcount:
                 raise NotFound("no memento with this id")
-            self._log(connection, tenant, actor, "legal_hold." + ("on" if on else "off"),
-                      "memento", memento_id, reason, {})
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "legal_hold." + ("on" if on else "off"),
+                "memento",
+                memento_id,
+                reason,
+                {},
+            )
 
     def change_retention(
         self, tenant: str, transcript_id: str, retention: Any, reason: str, actor: str
@@ -574,15 +723,20 @@ class Retention:
         # could leave a date later than any transcript's, which no sweep would look at.
         with self.index.write(exclusive=True) as connection:
             row = connection.execute(
-                select(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                select(transcripts).where(
+                    transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
+                )
             ).first()
             if row is None:
                 raise TranscriptNotFound("no transcript with this id")
             if row.legal_hold:
                 raise RetentionConflict("the transcript is under legal hold; release it first")
-            label, until = resolve_retention(retention, row.created_at, self.archive.settings.citations)
+            label, until = resolve_retention(
+                retention, row.created_at, self.archive.settings.citations
+            )
             connection.execute(
-                update(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                update(transcripts)
+                .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
                 .values(retention=label, retain_until=until, updated_at=utc_now())
             )
             reached = reached_mementos(connection, tenant, transcript_id)
@@ -592,10 +746,21 @@ class Retention:
                 # Shortened: recompute from every citing transcript. Held ones too: a sweep
                 # only looks at what is due, so a date left too late would outlive the hold.
                 for verdict in self._evaluate(connection, reached):
-                    connection.execute(update(mementos).where(mementos.c.id == verdict.memento_id)
-                                       .values(expires_at=verdict.until))
-            self._log(connection, tenant, actor, "retention.change", "transcript", transcript_id, reason,
-                      {"from": to_rfc3339(row.retain_until), "to": to_rfc3339(until), "retention": label})
+                    connection.execute(
+                        update(mementos)
+                        .where(mementos.c.id == verdict.memento_id)
+                        .values(expires_at=verdict.until)
+                    )
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "retention.change",
+                "transcript",
+                transcript_id,
+                reason,
+                {"from": to_rfc3339(row.retain_until), "to": to_rfc3339(until), "retention": label},
+            )
         return until
 
     def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> None:
@@ -604,8 +769,11 @@ class Retention:
         now = utc_now()
         with self.index.write(exclusive=True) as connection:
             row = connection.execute(
-                select(mementos).where(mementos.c.tenant == tenant, mementos.c.id == memento_id,
-                                       mementos.c.deleted_at.is_(None))
+                select(mementos).where(
+                    mementos.c.tenant == tenant,
+                    mementos.c.id == memento_id,
+                    mementos.c.deleted_at.is_(None),
+                )
             ).first()
             if row is None:
                 raise NotFound("no memento with this id")
@@ -613,43 +781,81 @@ class Retention:
                 raise RetentionConflict("the memento is under legal hold; release it first")
             if self._evaluate(connection, [memento_id])[0].expiry is None:
                 raise RetentionConflict(
-                    "a transcript citing this memento is under legal hold; release it first")
+                    "a transcript citing this memento is under legal hold; release it first"
+                )
             if lock_mode_of(self.archive.blobs) == "COMPLIANCE":
                 raise RetentionConflict(
                     "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
                     "delete it before its retain-until date, so erasure is impossible until then"
                 )
             connection.execute(
-                update(mementos).where(mementos.c.id == memento_id)
-                .values(deleted_at=now, deletion_reason=json.dumps({"kind": "erasure", "by": actor}))
+                update(mementos)
+                .where(mementos.c.id == memento_id)
+                .values(
+                    deleted_at=now, deletion_reason=json.dumps({"kind": "erasure", "by": actor})
+                )
             )
             self._forget_text(connection, [memento_id])
             self._mark_orphans_dying(connection, [memento_id])
-            self._log(connection, tenant, actor, "erasure", "memento", memento_id, reason,
-                      {"content_hash": row.content_hash})
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "erasure",
+                "memento",
+                memento_id,
+                reason,
+                {"content_hash": row.content_hash},
+            )
         report = SweepReport(dry_run=False)
         self._delete_blob(row.content_hash, report, erasure=reason)
 
     def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
         with self.index.read() as connection:
             rows = connection.execute(
-                select(admin_log).where(admin_log.c.tenant == tenant)
-                .order_by(admin_log.c.at, admin_log.c.id).limit(limit)
+                select(admin_log)
+                .where(admin_log.c.tenant == tenant)
+                .order_by(admin_log.c.at, admin_log.c.id)
+                .limit(limit)
             )
             return [
-                {"id": r.id, "key_id": r.key_id, "action": r.action, "target_kind": r.target_kind,
-                 "target_id": r.target_id, "reason": r.reason, "detail": json.loads(r.detail_json),
-                 "at": to_rfc3339(r.at)}
+                {
+                    "id": r.id,
+                    "key_id": r.key_id,
+                    "action": r.action,
+                    "target_kind": r.target_kind,
+                    "target_id": r.target_id,
+                    "reason": r.reason,
+                    "detail": json.loads(r.detail_json),
+                    "at": to_rfc3339(r.at),
+                }
                 for r in rows
             ]
 
-    def _log(self, connection: Any, tenant: str, actor: str, action: str, kind: str,
-             target: str, reason: str, detail: dict[str, Any]) -> None:
-        connection.execute(insert(admin_log).values(
-            id=uuid.uuid4().hex, tenant=tenant, key_id=actor, action=action, target_kind=kind,
-            target_id=target, reason=reason, detail_json=json.dumps(detail, sort_keys=True),
-            at=utc_now(),
-        ))
+    def _log(
+        self,
+        connection: Any,
+        tenant: str,
+        actor: str,
+        action: str,
+        kind: str,
+        target: str,
+        reason: str,
+        detail: dict[str, Any],
+    ) -> None:
+        connection.execute(
+            insert(admin_log).values(
+                id=uuid.uuid4().hex,
+                tenant=tenant,
+                key_id=actor,
+                action=action,
+                target_kind=kind,
+                target_id=target,
+                reason=reason,
+                detail_json=json.dumps(detail, sort_keys=True),
+                at=utc_now(),
+            )
+        )
 
     # -- the cost of keeping evidence ----------------------------------------------------
 
@@ -658,15 +864,21 @@ class Retention:
         now = now or utc_now()
         with self.index.read() as connection:
             live = connection.execute(
-                select(mementos.c.id, mementos.c.size, mementos.c.expires_at, mementos.c.content_hash)
-                .where(mementos.c.deleted_at.is_(None))
+                select(
+                    mementos.c.id, mementos.c.size, mementos.c.expires_at, mementos.c.content_hash
+                ).where(mementos.c.deleted_at.is_(None))
             ).all()
             reach: list[Any] = []
             for column in (citations.c.passage_memento_id, citations.c.document_memento_id):
                 reach += connection.execute(
                     select(column, transcripts.c.retention, transcripts.c.labels_json)
-                    .join(transcripts, and_(transcripts.c.tenant == citations.c.tenant,
-                                            transcripts.c.id == citations.c.transcript_id))
+                    .join(
+                        transcripts,
+                        and_(
+                            transcripts.c.tenant == citations.c.tenant,
+                            transcripts.c.id == citations.c.transcript_id,
+                        ),
+                    )
                     .where(column.is_not(None))
                 ).all()
         policies: dict[str, set[str]] = {}

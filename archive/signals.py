@@ -207,13 +207,20 @@ class ReadCache(Generic[K, V]):
     """
 
     def __init__(
-        self, database: str | None, kind: str, *, budget: int,
+        self,
+        database: str | None,
+        kind: str,
+        *,
+        budget: int,
         weigh: Callable[[V], int] = _one,
     ) -> None:
         # The real path: two processes reaching one database through different links must
         # still share one signal.
-        self.path = (f"{os.path.realpath(database)}.{kind}"
-                     if database is not None and ChangeSignal.available() else None)
+        self.path = (
+            f"{os.path.realpath(database)}.{kind}"
+            if database is not None and ChangeSignal.available()
+            else None
+        )
         self._signal = _open_signal(self.path, database)
         self._entries: _Entries[K, V] = _Entries(-1)
         self._budget = budget
@@ -228,7 +235,11 @@ class ReadCache(Generic[K, V]):
         signal = self._signal
         entries = self._entries
         remembered = entries.values.get(key)
-        if remembered is None or signal is None or signal.settled_generation() != entries.generation:
+        if (
+            remembered is None
+            or signal is None
+            or signal.settled_generation() != entries.generation
+        ):
             self.misses += 1
             return None
         self.hits += 1
@@ -273,8 +284,9 @@ class ReadCache(Generic[K, V]):
         if self._signal is not None:
             return self._signal.changing()
         if self.path is not None:
-            raise ConfigurationError(f"cannot write the change signal {self.path}; "
-                                     "run this as the user that runs Amber")
+            raise ConfigurationError(
+                f"cannot write the change signal {self.path}; run this as the user that runs Amber"
+            )
         return nullcontext()  # no signal on this index: nobody remembers anything
 
     def close(self) -> None:
@@ -288,6 +300,10 @@ def _open_signal(path: str | None, database: str | None) -> ChangeSignal | None:
     try:
         return ChangeSignal(path, like=database)
     except OSError as error:
-        log.warning("cannot open the change signal %s (%s): the index is read on every "
-                    "request, and this process cannot make that change", path, error.strerror)
+        log.warning(
+            "cannot open the change signal %s (%s): the index is read on every "
+            "request, and this process cannot make that change",
+            path,
+            error.strerror,
+        )
         return None

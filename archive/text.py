@@ -122,11 +122,21 @@ class ExtractedText:
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _PDF_TYPES = frozenset({"application/pdf", "application/x-pdf"})
-_PLAIN_APPLICATION_TYPES = frozenset({
-    "application/json", "application/xml", "application/x-ndjson", "application/ndjson",
-    "application/yaml", "application/x-yaml", "application/toml", "application/javascript",
-    "application/ecmascript", "application/x-javascript", "application/sql",
-})
+_PLAIN_APPLICATION_TYPES = frozenset(
+    {
+        "application/json",
+        "application/xml",
+        "application/x-ndjson",
+        "application/ndjson",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/javascript",
+        "application/ecmascript",
+        "application/x-javascript",
+        "application/sql",
+    }
+)
 
 
 def _parse_media_type(media_type: str) -> tuple[str, str | None]:
@@ -219,7 +229,9 @@ def extract_text(content: bytes, media_type: str, *, cache_key: str | None = Non
     elif kind == "pdf":
         result = ExtractedText(pdf_text(content), PDF_EXTRACTOR, PDF_EXTRACTOR_VERSION)
     else:
-        result = ExtractedText(plain_text(content, charset), PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION)
+        result = ExtractedText(
+            plain_text(content, charset), PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION
+        )
     _cache_put(key, result)
     return result
 
@@ -231,15 +243,60 @@ def extract_text(content: bytes, media_type: str, *, cache_key: str | None = Non
 # decode) plus UTF-32 and plain Latin-1/ASCII for text/plain. Python knows many more
 # "text" codecs that transform rather than decode (idna, punycode, unicode_escape, utf-7):
 # a page declaring one must not make invisible text quotable, nor crash the extractor.
-_CHARACTER_ENCODINGS = frozenset(codecs.lookup(name).name for name in (
-    "utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be",
-    "ascii", "latin-1", "cp866", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5",
-    "iso8859-6", "iso8859-7", "iso8859-8", "iso8859-9", "iso8859-10", "iso8859-11",
-    "iso8859-13", "iso8859-14", "iso8859-15", "iso8859-16", "koi8-r", "koi8-u", "mac-roman",
-    "mac-cyrillic", "cp874", "tis-620", "cp1250", "cp1251", "cp1252", "cp1253", "cp1254",
-    "cp1255", "cp1256", "cp1257", "cp1258", "gbk", "gb18030", "big5", "big5hkscs", "euc_jp",
-    "iso2022_jp", "shift_jis", "cp932", "euc_kr", "cp949",
-))
+_CHARACTER_ENCODINGS = frozenset(
+    codecs.lookup(name).name
+    for name in (
+        "utf-8",
+        "utf-16",
+        "utf-16-le",
+        "utf-16-be",
+        "utf-32",
+        "utf-32-le",
+        "utf-32-be",
+        "ascii",
+        "latin-1",
+        "cp866",
+        "iso8859-2",
+        "iso8859-3",
+        "iso8859-4",
+        "iso8859-5",
+        "iso8859-6",
+        "iso8859-7",
+        "iso8859-8",
+        "iso8859-9",
+        "iso8859-10",
+        "iso8859-11",
+        "iso8859-13",
+        "iso8859-14",
+        "iso8859-15",
+        "iso8859-16",
+        "koi8-r",
+        "koi8-u",
+        "mac-roman",
+        "mac-cyrillic",
+        "cp874",
+        "tis-620",
+        "cp1250",
+        "cp1251",
+        "cp1252",
+        "cp1253",
+        "cp1254",
+        "cp1255",
+        "cp1256",
+        "cp1257",
+        "cp1258",
+        "gbk",
+        "gb18030",
+        "big5",
+        "big5hkscs",
+        "euc_jp",
+        "iso2022_jp",
+        "shift_jis",
+        "cp932",
+        "euc_kr",
+        "cp949",
+    )
+)
 
 
 def _codec(label: str) -> str | None:
@@ -270,17 +327,44 @@ def plain_text(content: bytes, charset: str | None) -> str:
 
 # WHATWG Encoding Standard: labels that browsers read as another (superset) encoding.
 _WHATWG_LABELS = {
-    "ascii": "cp1252", "us-ascii": "cp1252", "iso-8859-1": "cp1252", "iso8859-1": "cp1252",
-    "iso_8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252", "l1": "cp1252",
-    "cp819": "cp1252", "ibm819": "cp1252", "iso-ir-100": "cp1252", "windows-1252": "cp1252",
-    "iso-8859-9": "cp1254", "latin5": "cp1254", "iso-8859-11": "cp874", "tis-620": "cp874",
-    "gb2312": "gbk", "gb_2312": "gbk", "x-gbk": "gbk", "euc-kr": "cp949", "ks_c_5601-1987": "cp949",
-    "utf-16": "utf-8", "utf-16le": "utf-8", "utf-16be": "utf-8",  # only a BOM selects UTF-16
-    "unicode-1-1-utf-8": "utf-8", "utf8": "utf-8", "windows-874": "cp874",
-    "x-mac-cyrillic": "mac-cyrillic", "x-mac-ukrainian": "mac-cyrillic",
+    "ascii": "cp1252",
+    "us-ascii": "cp1252",
+    "iso-8859-1": "cp1252",
+    "iso8859-1": "cp1252",
+    "iso_8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "l1": "cp1252",
+    "cp819": "cp1252",
+    "ibm819": "cp1252",
+    "iso-ir-100": "cp1252",
+    "windows-1252": "cp1252",
+    "iso-8859-9": "cp1254",
+    "latin5": "cp1254",
+    "iso-8859-11": "cp874",
+    "tis-620": "cp874",
+    "gb2312": "gbk",
+    "gb_2312": "gbk",
+    "x-gbk": "gbk",
+    "euc-kr": "cp949",
+    "ks_c_5601-1987": "cp949",
+    "utf-16": "utf-8",
+    "utf-16le": "utf-8",
+    "utf-16be": "utf-8",  # only a BOM selects UTF-16
+    "unicode-1-1-utf-8": "utf-8",
+    "utf8": "utf-8",
+    "windows-874": "cp874",
+    "x-mac-cyrillic": "mac-cyrillic",
+    "x-mac-ukrainian": "mac-cyrillic",
 }
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.IGNORECASE)
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_META_CHARSET = re.compile(
+    rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.IGNORECASE
+)
 
 
 def _html_codec(label: str | None) -> str | None:
@@ -293,7 +377,7 @@ def _html_codec(label: str | None) -> str | None:
 def decode_html(content: bytes, charset: str | None) -> str:
     for bom, name in _BOMS:
         if content.startswith(bom):
-            return content[len(bom):].decode(name, "replace")
+            return content[len(bom) :].decode(name, "replace")
     encoding = _html_codec(charset)
     if encoding is None:
         found = _META_CHARSET.search(content, 0, 1024)
@@ -306,18 +390,81 @@ def decode_html(content: bytes, charset: str | None) -> str:
 
 # Never rendered: their text is not visible text.
 _SKIP_TAGS = (
-    "head", "title", "script", "style", "noscript", "template", "iframe", "canvas",
-    "datalist", "desc", "meta", "link", "base", "noframes", "noembed", "rp", "param",
-    "video", "audio",
+    "head",
+    "title",
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "iframe",
+    "canvas",
+    "datalist",
+    "desc",
+    "meta",
+    "link",
+    "base",
+    "noframes",
+    "noembed",
+    "rp",
+    "param",
+    "video",
+    "audio",
 )
 # Block-level boxes (CSS display other than inline in the HTML UA stylesheet).
 _BLOCK_TAGS = (
-    "address", "article", "aside", "blockquote", "body", "caption", "center", "dd",
-    "details", "dialog", "dir", "div", "dl", "dt", "fieldset", "figcaption", "figure",
-    "footer", "form", "frame", "frameset", "h1", "h2", "h3", "h4", "h5", "h6", "header",
-    "hgroup", "hr", "html", "legend", "li", "listing", "main", "menu", "nav", "ol",
-    "optgroup", "option", "p", "plaintext", "pre", "search", "section", "summary",
-    "table", "tbody", "tfoot", "thead", "tr", "ul", "xmp",
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "body",
+    "caption",
+    "center",
+    "dd",
+    "details",
+    "dialog",
+    "dir",
+    "div",
+    "dl",
+    "dt",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "frame",
+    "frameset",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hgroup",
+    "hr",
+    "html",
+    "legend",
+    "li",
+    "listing",
+    "main",
+    "menu",
+    "nav",
+    "ol",
+    "optgroup",
+    "option",
+    "p",
+    "plaintext",
+    "pre",
+    "search",
+    "section",
+    "summary",
+    "table",
+    "tbody",
+    "tfoot",
+    "thead",
+    "tr",
+    "ul",
+    "xmp",
 )
 _CELL_TAGS = ("td", "th")
 _VERBATIM_TAGS = ("pre", "textarea", "listing", "xmp", "plaintext")

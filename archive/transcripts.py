@@ -74,14 +74,18 @@ def _check_labels(labels: Mapping[str, Any]) -> dict[str, str]:
     return checked
 
 
-def resolve_retention(retention: str | Mapping[str, str], created_at: datetime, policy: CitationPolicy) -> tuple[str, datetime]:
+def resolve_retention(
+    retention: str | Mapping[str, str], created_at: datetime, policy: CitationPolicy
+) -> tuple[str, datetime]:
     """(label, absolute retain_until) for a retention request."""
     if isinstance(retention, Mapping):
         if set(retention) != {"retain_until"}:
-            raise InvalidInput("retention object must be {\"retain_until\": \"<RFC 3339>\"}")
+            raise InvalidInput('retention object must be {"retain_until": "<RFC 3339>"}')
         return "until", parse_rfc3339(retention["retain_until"])
     if not isinstance(retention, str) or not retention:
-        raise InvalidInput("retention must be a policy name, an ISO 8601 duration or {retain_until}")
+        raise InvalidInput(
+            "retention must be a policy name, an ISO 8601 duration or {retain_until}"
+        )
     if retention == "default":
         return retention, created_at + timedelta(days=policy.retention_days)
     if retention in policy.policies:
@@ -94,8 +98,9 @@ def resolve_retention(retention: str | Mapping[str, str], created_at: datetime, 
 def reached_mementos(connection: Any, tenant: str, transcript_id: str) -> list[str]:
     """Ids of every memento a transcript's citations reach (passages and kept documents)."""
     rows = connection.execute(
-        select(citations.c.passage_memento_id, citations.c.document_memento_id)
-        .where(citations.c.tenant == tenant, citations.c.transcript_id == transcript_id)
+        select(citations.c.passage_memento_id, citations.c.document_memento_id).where(
+            citations.c.tenant == tenant, citations.c.transcript_id == transcript_id
+        )
     )
     reached: set[str] = set()
     for passage, document in rows:
@@ -112,11 +117,17 @@ class TranscriptBook:
         self.index = index
         self.policy = policy
         # Every citation request reads its transcript: a prepared point lookup.
-        self._by_id = index.lookups.prepare(select(transcripts).where(
-            transcripts.c.tenant == bindparam("tenant"), transcripts.c.id == bindparam("id")))
+        self._by_id = index.lookups.prepare(
+            select(transcripts).where(
+                transcripts.c.tenant == bindparam("tenant"), transcripts.c.id == bindparam("id")
+            )
+        )
 
     def put(
-        self, tenant: str, transcript_id: str, retention: str | Mapping[str, str] | None,
+        self,
+        tenant: str,
+        transcript_id: str,
+        retention: str | Mapping[str, str] | None,
         labels: Mapping[str, Any] | None,
     ) -> TranscriptWrite:
         check_transcript_id(transcript_id)
@@ -127,11 +138,18 @@ class TranscriptBook:
             if existing is None:
                 label, until = resolve_retention(retention or "default", now, self.policy)
                 self.index.ensure_tenants(connection, {tenant})
-                connection.execute(insert(transcripts).values(
-                    tenant=tenant, id=transcript_id, created_at=now, updated_at=now,
-                    retention=label, retain_until=until,
-                    labels_json=json.dumps(new_labels, sort_keys=True), legal_hold=0,
-                ))
+                connection.execute(
+                    insert(transcripts).values(
+                        tenant=tenant,
+                        id=transcript_id,
+                        created_at=now,
+                        updated_at=now,
+                        retention=label,
+                        retain_until=until,
+                        labels_json=json.dumps(new_labels, sort_keys=True),
+                        legal_hold=0,
+                    )
+                )
                 created = True
             else:
                 label, until = existing.retention, existing.retain_until
@@ -145,14 +163,21 @@ class TranscriptBook:
                 if until > existing.retain_until:
                     # Extending reaches everything the transcript cites, at once.
                     self.index.extend_expiry(
-                        connection, tenant, reached_mementos(connection, tenant, transcript_id), until
+                        connection,
+                        tenant,
+                        reached_mementos(connection, tenant, transcript_id),
+                        until,
                     )
                 merged = {**existing.labels, **new_labels}
                 connection.execute(
                     update(transcripts)
                     .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
-                    .values(updated_at=now, retention=label, retain_until=until,
-                            labels_json=json.dumps(merged, sort_keys=True))
+                    .values(
+                        updated_at=now,
+                        retention=label,
+                        retain_until=until,
+                        labels_json=json.dumps(merged, sort_keys=True),
+                    )
                 )
                 created = False
             stored = self._get(connection, tenant, transcript_id)
@@ -174,8 +199,9 @@ class TranscriptBook:
         found: dict[tuple[str, str], datetime] = {}
         for tenant, transcript_id in sorted(keys):
             until = connection.execute(
-                select(transcripts.c.retain_until)
-                .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                select(transcripts.c.retain_until).where(
+                    transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
+                )
             ).scalar_one_or_none()
             if until is None:
                 raise TranscriptNotFound("no transcript with this id")
@@ -184,14 +210,21 @@ class TranscriptBook:
 
     def _get(self, connection: Any, tenant: str, transcript_id: str) -> Transcript | None:
         row = connection.execute(
-            select(transcripts).where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+            select(transcripts).where(
+                transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
+            )
         ).first()
         return None if row is None else _transcript_from(row)
 
 
 def _transcript_from(row: Any) -> Transcript:
     return Transcript(
-        tenant=row.tenant, id=row.id, created_at=row.created_at, updated_at=row.updated_at,
-        retention=row.retention, retain_until=row.retain_until,
-        labels=json.loads(row.labels_json), legal_hold=bool(row.legal_hold),
+        tenant=row.tenant,
+        id=row.id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        retention=row.retention,
+        retain_until=row.retain_until,
+        labels=json.loads(row.labels_json),
+        legal_hold=bool(row.legal_hold),
     )

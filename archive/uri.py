@@ -172,7 +172,9 @@ _IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 
 
 def _idna_host(host: str) -> str:
-    host = _PCT.sub(lambda m: chr(int(m.group(1), 16)) if int(m.group(1), 16) < 0x80 else m.group(0), host)
+    host = _PCT.sub(
+        lambda m: chr(int(m.group(1), 16)) if int(m.group(1), 16) < 0x80 else m.group(0), host
+    )
     host = host[:-1] if host.endswith(".") else host  # the root label is implied
     if not host:
         return host
@@ -217,14 +219,14 @@ def _normalise_escapes(text: str, *, keep: str) -> str:
         if _PCT.fullmatch(piece):
             out.append(fix(_PCT.fullmatch(piece)))  # type: ignore[arg-type]
         else:
-            out.append("".join(ch if ch in _UNRESERVED or ch in keep else _encode_char(ch) for ch in piece))
+            out.append(
+                "".join(ch if ch in _UNRESERVED or ch in keep else _encode_char(ch) for ch in piece)
+            )
     return "".join(out)
 
 
 def _sorted_query(query: str) -> str:
-    params = [
-        _normalise_escapes(p, keep="/?:@!$'()*+,;=") for p in query.split("&") if p != ""
-    ]
+    params = [_normalise_escapes(p, keep="/?:@!$'()*+,;=") for p in query.split("&") if p != ""]
     return "&".join(sorted(params, key=lambda p: p.partition("=")[0]))
 
 

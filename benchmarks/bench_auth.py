@@ -47,15 +47,33 @@ GOAL_OVERHEAD = 1 - AUTH_GOAL_RATIO
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Cost of authentication, interleaved (not a test).")
-    parser.add_argument("--rounds", type=int, default=3, help="keyed/open pairs per kind (default: 3)")
-    parser.add_argument("--mode", choices=("full", "relaxed"), default="full",
-                        help="AMBER_DURABILITY of both servers (default: full)")
-    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per phase (default: 5)")
-    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each phase")
-    parser.add_argument("--concurrency", type=int, default=32, help="concurrent keep-alive connections")
-    parser.add_argument("--uri-space", type=int, default=1000, help="distinct URI-Rs the writes spread over")
-    parser.add_argument("--amber-root", type=Path, default=REPO_ROOT, help="checkout of Amber to serve")
+    parser = argparse.ArgumentParser(
+        description="Cost of authentication, interleaved (not a test)."
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="keyed/open pairs per kind (default: 3)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("full", "relaxed"),
+        default="full",
+        help="AMBER_DURABILITY of both servers (default: full)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=5.0, help="measured seconds per phase (default: 5)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="unmeasured seconds before each phase"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=32, help="concurrent keep-alive connections"
+    )
+    parser.add_argument(
+        "--uri-space", type=int, default=1000, help="distinct URI-Rs the writes spread over"
+    )
+    parser.add_argument(
+        "--amber-root", type=Path, default=REPO_ROOT, help="checkout of Amber to serve"
+    )
     parser.add_argument("--data-root", default=None, help="where the temporary data dirs go")
     parser.add_argument("--json", action="store_true", help="print machine-readable results only")
     args = parser.parse_args(argv)
@@ -73,8 +91,9 @@ def measure(args: argparse.Namespace, work_dir: Path) -> list[tuple[int, PhaseRe
     with ExitStack() as stack:
         servers: dict[str, Server] = {}
         for label, auth in (("keyed", True), ("open", False)):
-            servers[label] = start_amber(args.mode, work_dir / f"data-{label}", work_dir,
-                                         auth=auth, root=args.amber_root)
+            servers[label] = start_amber(
+                args.mode, work_dir / f"data-{label}", work_dir, auth=auth, root=args.amber_root
+            )
             stack.callback(servers[label].stop)
         written: dict[str, list[str]] = {}
         for number in range(args.rounds):
@@ -83,14 +102,20 @@ def measure(args: argparse.Namespace, work_dir: Path) -> list[tuple[int, PhaseRe
                 measured: dict[str, PhaseResult] = {}
                 for label in order:
                     result, uri_ms = run_phase(
-                        args, work_dir, servers[label], mode=f"r{number + 1}-{label}",
-                        target="amber", kind=kind,
+                        args,
+                        work_dir,
+                        servers[label],
+                        mode=f"r{number + 1}-{label}",
+                        target="amber",
+                        kind=kind,
                         path="/api/v1/mementos" if kind == "write" else "",
                         urls=written.get(label) if kind == "resolve" else None,
                     )
                     if kind == "write":
                         if not uri_ms:
-                            raise RuntimeError(f"amber ({label}) wrote nothing; see {servers[label].log_path}")
+                            raise RuntimeError(
+                                f"amber ({label}) wrote nothing; see {servers[label].log_path}"
+                            )
                         written[label] = uri_ms
                     measured[label] = result
                 pairs.append((number + 1, measured["keyed"], measured["open"]))
@@ -100,13 +125,20 @@ def measure(args: argparse.Namespace, work_dir: Path) -> list[tuple[int, PhaseRe
 def summarize(pairs: list[tuple[int, PhaseResult, PhaseResult]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for kind in ("write", "resolve"):
-        ratios = [keyed.rps / open_.rps for _, keyed, open_ in pairs
-                  if keyed.kind == kind and open_.rps and not keyed.errors and not open_.errors]
+        ratios = [
+            keyed.rps / open_.rps
+            for _, keyed, open_ in pairs
+            if keyed.kind == kind and open_.rps and not keyed.errors and not open_.errors
+        ]
         if not ratios:
             continue
         median = statistics.median(ratios)
-        summary[kind] = {"ratios": ratios, "median_ratio": median, "overhead": 1 - median,
-                         "meets_goal": 1 - median <= GOAL_OVERHEAD + 1e-9}
+        summary[kind] = {
+            "ratios": ratios,
+            "median_ratio": median,
+            "overhead": 1 - median,
+            "meets_goal": 1 - median <= GOAL_OVERHEAD + 1e-9,
+        }
     return summary
 
 
@@ -115,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="amber-bench-auth-", dir=args.data_root))
     env = _environment(args, work_dir)
     if not args.json:
-        print("Amber authentication cost  " + "  ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+        print(
+            "Amber authentication cost  " + "  ".join(f"{k}={v}" for k, v in env.items()),
+            flush=True,
+        )
         print(_HEADER, flush=True)
     try:
         pairs = measure(args, work_dir)
@@ -123,16 +158,27 @@ def main(argv: list[str] | None = None) -> int:
         remove_data(work_dir)
     summary = summarize(pairs)
     if args.json:
-        print(json.dumps({"environment": env, "summary": summary,
-                          "pairs": [{"round": n, "keyed": asdict(k), "open": asdict(o)} for n, k, o in pairs]},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "environment": env,
+                    "summary": summary,
+                    "pairs": [
+                        {"round": n, "keyed": asdict(k), "open": asdict(o)} for n, k, o in pairs
+                    ],
+                },
+                indent=2,
+            )
+        )
         return 0
     print()
     for kind, row in summary.items():
         rounds = ", ".join(f"{r:.2f}" for r in row["ratios"])
         verdict = "ok" if row["meets_goal"] else f"above the goal of {GOAL_OVERHEAD:.0%}"
-        print(f"{kind:<8} keyed/open throughput per round: {rounds}; median {row['median_ratio']:.3f} "
-              f"-> authentication costs {row['overhead']:.1%} ({verdict})")
+        print(
+            f"{kind:<8} keyed/open throughput per round: {rounds}; median {row['median_ratio']:.3f} "
+            f"-> authentication costs {row['overhead']:.1%} ({verdict})"
+        )
     return 0
 
 

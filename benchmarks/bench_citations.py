@@ -45,8 +45,10 @@ SENTENCES = 1200
 
 def page(edition: int = 0) -> tuple[bytes, list[str]]:
     """A ~100 KiB policy page; each edition words every sentence differently."""
-    sentences = [f"Clause {n}.{edition}: the provider shall retain record {n * 7919 % 100003} for audit purposes."
-                 for n in range(SENTENCES)]
+    sentences = [
+        f"Clause {n}.{edition}: the provider shall retain record {n * 7919 % 100003} for audit purposes."
+        for n in range(SENTENCES)
+    ]
     body = "".join(f"<p>{s} <b>Note</b> {n}.</p>\n" for n, s in enumerate(sentences))
     html = f"<html><head><title>Policy</title></head><body><article>{body}</article></body></html>"
     return html.encode(), sentences
@@ -74,22 +76,29 @@ class Editions:
             edition, first = divmod(start, SENTENCES)
             source, sentences = self._source(edition)
             document = self._document(edition, source) if evidence == "memento_id" else None
-        picks = sentences[first:first + 10]
+        picks = sentences[first : first + 10]
         if evidence == "inline":
             return {"citations": [{"source": source, "quote": {"exact": q}} for q in picks]}
         if evidence == "sources-ref":
-            return {"citations": [{"source_ref": "page", "quote": {"exact": q}} for q in picks],
-                    "sources": {"page": source}}
+            return {
+                "citations": [{"source_ref": "page", "quote": {"exact": q}} for q in picks],
+                "sources": {"page": source},
+            }
         return {"citations": [{"memento_id": document, "quote": {"exact": q}} for q in picks]}
 
     def _source(self, edition: int) -> tuple[dict[str, Any], list[str]]:
         if edition not in self._sources:
             html, sentences = page(edition)
-            self._sources[edition] = ({
-                "uri_r": f"https://policy.example/terms/{edition}",
-                "content": html.decode(),  # a UTF-8 page goes as text, as the SDK sends it
-                "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200,
-            }, sentences)
+            self._sources[edition] = (
+                {
+                    "uri_r": f"https://policy.example/terms/{edition}",
+                    "content": html.decode(),  # a UTF-8 page goes as text, as the SDK sends it
+                    "content_type": "text/html; charset=utf-8",
+                    "tool": "http.get",
+                    "http_status": 200,
+                },
+                sentences,
+            )
         return self._sources[edition]
 
     def _document(self, edition: int, source: dict[str, Any]) -> str:
@@ -117,14 +126,33 @@ def free_port() -> int:
 
 def start(data_dir: str, amber_root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     # PYTHONPATH rather than cwd alone: the installed (editable) package must not win.
-    env = {**os.environ, "AMBER_DATA_DIR": data_dir, "AMBER_RATE_LIMIT_PER_SECOND": "0",
-           "PYTHONPATH": str(amber_root)}
+    env = {
+        **os.environ,
+        "AMBER_DATA_DIR": data_dir,
+        "AMBER_RATE_LIMIT_PER_SECOND": "0",
+        "PYTHONPATH": str(amber_root),
+    }
     cli = [sys.executable, "-m", "api.cli"]
-    key = subprocess.run([*cli, "keys", "create", "--role", "agent"], env=env, cwd=amber_root,
-                         capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    key = (
+        subprocess.run(
+            [*cli, "keys", "create", "--role", "agent"],
+            env=env,
+            cwd=amber_root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     port = free_port()
-    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=amber_root,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*cli, "serve", "--port", str(port)],
+        env=env,
+        cwd=amber_root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -136,22 +164,38 @@ def start(data_dir: str, amber_root: Path) -> tuple[subprocess.Popen[bytes], str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--library", action="store_true",
-                        help="call the library in-process (no HTTP) instead of a server")
-    parser.add_argument("--amber-root", type=Path, default=REPO,
-                        help="the Amber source tree to serve (e.g. an older commit, checked out)")
+    parser.add_argument(
+        "--library",
+        action="store_true",
+        help="call the library in-process (no HTTP) instead of a server",
+    )
+    parser.add_argument(
+        "--amber-root",
+        type=Path,
+        default=REPO,
+        help="the Amber source tree to serve (e.g. an older commit, checked out)",
+    )
     args = parser.parse_args()
-    print(f"machine: a 3,000,000-step pure-Python loop takes {machine_speed():.0f} ms here "
-          "(compare figures across days only with this in mind)")
+    print(
+        f"machine: a 3,000,000-step pure-Python loop takes {machine_speed():.0f} ms here "
+        "(compare figures across days only with this in mind)"
+    )
     if args.library:
         library(args.seconds, args.clients)
         return
     html, _ = page()
-    source = {"uri_r": "https://policy.example/terms", "content": html.decode(),
-              "content_type": "text/html; charset=utf-8", "tool": "http.get", "http_status": 200}
+    source = {
+        "uri_r": "https://policy.example/terms",
+        "content": html.decode(),
+        "content_type": "text/html; charset=utf-8",
+        "tool": "http.get",
+        "http_status": 200,
+    }
     with fresh_data_dir() as data_dir:
         server, base, key = start(data_dir, args.amber_root.resolve())
         try:
@@ -162,18 +206,26 @@ def main() -> None:
             plain, cited = [], []
             for number in range(20):
                 started = time.perf_counter()
-                client.post("/api/v1/mementos", json={**source, "uri_r": f"https://policy.example/plain/{number}"}
-                            ).raise_for_status()
+                client.post(
+                    "/api/v1/mementos",
+                    json={**source, "uri_r": f"https://policy.example/plain/{number}"},
+                ).raise_for_status()
                 plain.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                client.post("/api/v1/transcripts/bench/citations",
-                            json=editions.batch("sources-ref")).raise_for_status()
+                client.post(
+                    "/api/v1/transcripts/bench/citations", json=editions.batch("sources-ref")
+                ).raise_for_status()
                 cited.append(time.perf_counter() - started)
-            print(f"100 KiB page: plain memento write p50 {statistics.median(plain) * 1000:.1f} ms; "
-                  f"10 citations in one batch p50 {statistics.median(cited) * 1000:.1f} ms "
-                  f"(ratio {statistics.median(cited) / statistics.median(plain):.2f})")
-            for label, evidence in [("inline each", "inline"), ("sources-ref", "sources-ref"),
-                                    ("memento_id", "memento_id")]:
+            print(
+                f"100 KiB page: plain memento write p50 {statistics.median(plain) * 1000:.1f} ms; "
+                f"10 citations in one batch p50 {statistics.median(cited) * 1000:.1f} ms "
+                f"(ratio {statistics.median(cited) / statistics.median(plain):.2f})"
+            )
+            for label, evidence in [
+                ("inline each", "inline"),
+                ("sources-ref", "sources-ref"),
+                ("memento_id", "memento_id"),
+            ]:
                 done = [0]
                 lock = threading.Lock()
                 stop = time.monotonic() + args.seconds
@@ -183,8 +235,10 @@ def main() -> None:
                         transcript = f"bench-{threading.get_ident()}-{label.replace(' ', '-')}"
                         own.put(f"/api/v1/transcripts/{transcript}", json={})
                         while time.monotonic() < stop:
-                            response = own.post(f"/api/v1/transcripts/{transcript}/citations",
-                                                json=editions.batch(evidence))
+                            response = own.post(
+                                f"/api/v1/transcripts/{transcript}/citations",
+                                json=editions.batch(evidence),
+                            )
                             response.raise_for_status()
                             with lock:
                                 done[0] += len(response.json()["citations"])
@@ -192,11 +246,17 @@ def main() -> None:
                 cpu_before = process_cpu_seconds(server.pid)
                 elapsed = run_threads(worker, args.clients)
                 cpu_after = process_cpu_seconds(server.pid)
-                per_citation = ("" if not cpu_after or not done[0] else  # 0.0: no /proc here
-                                f"; server CPU {(cpu_after - cpu_before) / done[0] * 1e6:,.0f} µs per citation, "
-                                f"{(cpu_after - cpu_before) / elapsed:.0%} of a core")
-                print(f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
-                      f"({args.clients} clients, batches of 10, every passage new, durability on{per_citation})")
+                per_citation = (
+                    ""
+                    if not cpu_after or not done[0]
+                    # 0.0: no /proc here
+                    else f"; server CPU {(cpu_after - cpu_before) / done[0] * 1e6:,.0f} µs per citation, "
+                    f"{(cpu_after - cpu_before) / elapsed:.0%} of a core"
+                )
+                print(
+                    f"{label:>14}: {done[0] / elapsed:,.0f} citations/s "
+                    f"({args.clients} clients, batches of 10, every passage new, durability on{per_citation})"
+                )
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -205,11 +265,13 @@ def main() -> None:
 def machine_speed() -> float:
     """Milliseconds this machine takes for a fixed pure-Python loop (best of three): absolute
     figures from different days are comparable only after scaling by it."""
+
     def loop() -> float:
         started, total = time.perf_counter(), 0
         for number in range(3_000_000):
             total += number
         return (time.perf_counter() - started) * 1000
+
     return min(loop() for _ in range(3))
 
 
@@ -243,12 +305,19 @@ def library(seconds: float, clients: int) -> None:
                     edition, first = divmod(next(batches) * 10, SENTENCES)
                     if edition not in documents:
                         html, sentences = page(edition)
-                        documents[edition] = (archive.write_memento(MementoRequest(
-                            uri_r=f"https://policy.example/terms/{edition}", content=html,
-                            content_type="text/html; charset=utf-8",
-                            facts=CaptureFacts(tool="http.get", http_status=200))).memento.id, sentences)
+                        documents[edition] = (
+                            archive.write_memento(
+                                MementoRequest(
+                                    uri_r=f"https://policy.example/terms/{edition}",
+                                    content=html,
+                                    content_type="text/html; charset=utf-8",
+                                    facts=CaptureFacts(tool="http.get", http_status=200),
+                                )
+                            ).memento.id,
+                            sentences,
+                        )
                     document, sentences = documents[edition]
-                return document, sentences[first:first + 10]
+                return document, sentences[first : first + 10]
 
             stop = time.monotonic() + seconds
 
@@ -257,16 +326,24 @@ def library(seconds: float, clients: int) -> None:
                 archive.transcripts.put("default", transcript, "P7Y", {})
                 while time.monotonic() < stop:
                     document, picks = next_batch()
-                    cited = archive.citations.cite("default", transcript, [
-                        CitationRequest(quote=QuoteRequest(q), memento_id=document) for q in picks])
+                    cited = archive.citations.cite(
+                        "default",
+                        transcript,
+                        [
+                            CitationRequest(quote=QuoteRequest(q), memento_id=document)
+                            for q in picks
+                        ],
+                    )
                     with lock:
                         done[0] += len(cited.citations)
 
             cpu = time.process_time()
             elapsed = run_threads(worker, clients)
-            print(f"library, memento_id: {done[0] / elapsed:,.0f} citations/s "
-                  f"({clients} threads, batches of 10, every passage new, durability on; "
-                  f"{(time.process_time() - cpu) / max(1, done[0]) * 1e6:,.0f} µs CPU per citation)")
+            print(
+                f"library, memento_id: {done[0] / elapsed:,.0f} citations/s "
+                f"({clients} threads, batches of 10, every passage new, durability on; "
+                f"{(time.process_time() - cpu) / max(1, done[0]) * 1e6:,.0f} µs CPU per citation)"
+            )
         finally:
             archive.close()
 

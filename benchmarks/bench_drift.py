@@ -59,16 +59,24 @@ VERBS = "applies covers requires describes sets governs explains limits extends 
 
 def sentence(rng: random.Random, page: int, n: int) -> str:
     words = [rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
-    return (f"The {words[0]} {rng.choice(VERBS)} the {' '.join(words[1:])} under section "
-            f"{page}.{n} of the {rng.randint(1990, 2025)} act.")
+    return (
+        f"The {words[0]} {rng.choice(VERBS)} the {' '.join(words[1:])} under section "
+        f"{page}.{n} of the {rng.randint(1990, 2025)} act."
+    )
 
 
 def make_page(page: int, *, variant: str) -> tuple[bytes, str]:
     """One ~100 KiB page and its cited sentence. ``variant``: original, cosmetic, edited."""
     rng = random.Random(page)
-    cited = (f"Applicants under scheme {page} are entitled to {10 + page % 80} weeks of "
-             f"paid leave from 1 April {2020 + page % 6}.")
-    nav = "Home | Guidance | Forms | Contact" if variant == "original" else "Home | Services | News | Sign in"
+    cited = (
+        f"Applicants under scheme {page} are entitled to {10 + page % 80} weeks of "
+        f"paid leave from 1 April {2020 + page % 6}."
+    )
+    nav = (
+        "Home | Guidance | Forms | Contact"
+        if variant == "original"
+        else "Home | Services | News | Sign in"
+    )
     paragraphs: list[str] = []
     size = 0
     n = 0
@@ -91,9 +99,11 @@ def make_page(page: int, *, variant: str) -> tuple[bytes, str]:
         paragraphs.append(markup)
         size += len(markup)
     footer = "© 2024 Example Agency" if variant == "original" else "© 2025 Example Agency · Cookies"
-    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>Scheme {page}</title>"
-            f"<style>p{{margin:0}}</style></head><body><nav>{nav}</nav><main><h1>Scheme {page}"
-            f"</h1>{''.join(paragraphs)}</main><footer>{footer}</footer></body></html>")
+    html = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Scheme {page}</title>"
+        f"<style>p{{margin:0}}</style></head><body><nav>{nav}</nav><main><h1>Scheme {page}"
+        f"</h1>{''.join(paragraphs)}</main><footer>{footer}</footer></body></html>"
+    )
     return html.encode(), cited
 
 
@@ -144,7 +154,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     originals: dict[int, tuple[bytes, str]] = {}
     for page in range(args.pages):
         roll = rng.random()
-        kind = "identical" if roll < args.identical else "edited" if roll < args.identical + args.edited else "cosmetic"
+        kind = (
+            "identical"
+            if roll < args.identical
+            else "edited"
+            if roll < args.identical + args.edited
+            else "cosmetic"
+        )
         kinds[page] = kind
         originals[page] = make_page(page, variant="original")
         live = originals[page][0] if kind == "identical" else make_page(page, variant=kind)[0]
@@ -159,9 +175,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port_file.read_text()}"
         settings = Settings(
-            data_dir=root / "amber-data", fetch_allow=("127.0.0.1",), durability=args.durability,
-            extra={"drift": {"concurrency": args.concurrency, "host_concurrency": args.concurrency,
-                             "host_delay_seconds": 0.0, "timeout_seconds": 30.0}},
+            data_dir=root / "amber-data",
+            fetch_allow=("127.0.0.1",),
+            durability=args.durability,
+            extra={
+                "drift": {
+                    "concurrency": args.concurrency,
+                    "host_concurrency": args.concurrency,
+                    "host_delay_seconds": 0.0,
+                    "timeout_seconds": 30.0,
+                }
+            },
         )
         archive = Archive.open(settings)
         try:
@@ -169,9 +193,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             setup = time.monotonic()
             batch: list[CitationRequest] = []
             for page, (content, cited) in originals.items():
-                batch.append(CitationRequest(quote=QuoteRequest(cited), source=SourceRequest(
-                    uri_r=f"{base}/p/{page}", content=content, content_type="text/html; charset=utf-8",
-                    tool="http.get", http_status=200)))
+                batch.append(
+                    CitationRequest(
+                        quote=QuoteRequest(cited),
+                        source=SourceRequest(
+                            uri_r=f"{base}/p/{page}",
+                            content=content,
+                            content_type="text/html; charset=utf-8",
+                            tool="http.get",
+                            http_status=200,
+                        ),
+                    )
+                )
                 if len(batch) == 50:
                     archive.citations.cite("default", "bench", batch)
                     batch = []
@@ -188,23 +221,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         server.wait(10)
     checks = summary.checks
     verdicts = Counter(c.verdict for c in checks)
-    expected = Counter({"identical": "identical", "cosmetic": "cosmetic", "edited": "reversal"}[k]
-                       for k in kinds.values())
+    expected = Counter(
+        {"identical": "identical", "cosmetic": "cosmetic", "edited": "reversal"}[k]
+        for k in kinds.values()
+    )
 
     def stats(values: list[int | None]) -> dict[str, float]:
         known = [v for v in values if v is not None]
         return {"mean": round(mean(known), 2), "median": round(median(known), 2)} if known else {}
 
     return {
-        "pages": args.pages, "page_bytes": PAGE_BYTES, "concurrency": args.concurrency,
-        "durability": args.durability, "cpus": os.cpu_count(),
-        "python": platform.python_version(), "setup_seconds": round(setup_seconds, 2),
-        "seconds": round(seconds, 3), "checks": len(checks),
+        "pages": args.pages,
+        "page_bytes": PAGE_BYTES,
+        "concurrency": args.concurrency,
+        "durability": args.durability,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "setup_seconds": round(setup_seconds, 2),
+        "seconds": round(seconds, 3),
+        "checks": len(checks),
         "checks_per_second": round(len(checks) / seconds, 1) if seconds else None,
-        "goal_checks_per_second": GOAL, "verdicts": dict(verdicts), "expected": dict(expected),
-        "timings_ms": {"fetch": stats([c.fetch_ms for c in checks]),
-                       "extract": stats([c.extract_ms for c in checks]),
-                       "classify": stats([c.classify_ms for c in checks])},
+        "goal_checks_per_second": GOAL,
+        "verdicts": dict(verdicts),
+        "expected": dict(expected),
+        "timings_ms": {
+            "fetch": stats([c.fetch_ms for c in checks]),
+            "extract": stats([c.extract_ms for c in checks]),
+            "classify": stats([c.classify_ms for c in checks]),
+        },
     }
 
 
@@ -224,11 +268,15 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"drift job: {result['checks']} checks of {result['pages']} distinct "
-          f"{PAGE_BYTES // 1024} KiB HTML pages in {result['seconds']} s "
-          f"({result['cpus']} CPUs, concurrency {result['concurrency']}, durability {result['durability']})")
-    print(f"  {result['checks_per_second']} checks/s (goal >= {GOAL:g}/s: "
-          f"{'met' if (result['checks_per_second'] or 0) >= GOAL else 'NOT met'})")
+    print(
+        f"drift job: {result['checks']} checks of {result['pages']} distinct "
+        f"{PAGE_BYTES // 1024} KiB HTML pages in {result['seconds']} s "
+        f"({result['cpus']} CPUs, concurrency {result['concurrency']}, durability {result['durability']})"
+    )
+    print(
+        f"  {result['checks_per_second']} checks/s (goal >= {GOAL:g}/s: "
+        f"{'met' if (result['checks_per_second'] or 0) >= GOAL else 'NOT met'})"
+    )
     print(f"  verdicts {result['verdicts']} (expected {result['expected']})")
     for step, figures in result["timings_ms"].items():
         print(f"  {step:>8} ms per check: {figures}")

@@ -56,10 +56,12 @@ from bench_http import (
     start_baseline,
 )
 
-bench_http._REQUEST.update({
-    ("floor", "write"): "POST /write (files: the floor)",
-    ("packed", "write"): "POST /write (packed blobs)",
-})
+bench_http._REQUEST.update(
+    {
+        ("floor", "write"): "POST /write (files: the floor)",
+        ("packed", "write"): "POST /write (packed blobs)",
+    }
+)
 TARGETS = ("baseline", "floor", "packed", "amber")
 
 
@@ -67,12 +69,27 @@ def start_floor(name: str, data_dir: Path, log_dir: Path, root: Path, *, packed:
     port = _free_port()
     # The baseline's uvicorn options (bench_http.start_baseline), which are amber serve's.
     argv = [
-        sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", str(BENCH_DIR),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        "--log-level", "info", "--no-access-log", "--timeout-graceful-shutdown", "10",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "floor_app:app",
+        "--app-dir",
+        str(BENCH_DIR),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--log-level",
+        "info",
+        "--no-access-log",
+        "--timeout-graceful-shutdown",
+        "10",
     ]
-    env = _server_env({"FLOOR_DATA_DIR": str(data_dir),
-                       "FLOOR_BLOBS": "packed" if packed else "files"}, root)
+    env = _server_env(
+        {"FLOOR_DATA_DIR": str(data_dir), "FLOOR_BLOBS": "packed" if packed else "files"}, root
+    )
     server = Server(name, argv, env, port, log_dir)
     server.wait_ready("/healthz")
     return server
@@ -80,20 +97,40 @@ def start_floor(name: str, data_dir: Path, log_dir: Path, root: Path, *, packed:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Amber's durable write next to the floor of its design (not a test).")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="rounds of the four write phases, each in another order "
-                             "(default: 4)")
-    parser.add_argument("--duration", type=float, default=6.0,
-                        help="measured seconds per phase (default: 6)")
-    parser.add_argument("--warmup", type=float, default=1.5,
-                        help="unmeasured seconds of load before each phase (default: 1.5)")
-    parser.add_argument("--concurrency", type=int, default=32,
-                        help="concurrent requests (= keep-alive connections) (default: 32)")
-    parser.add_argument("--uri-space", type=int, default=1000,
-                        help="distinct URI-Rs the written passages spread over (default: 1000)")
-    parser.add_argument("--data-root", default=None,
-                        help="where the temporary data dirs go (default: system temp dir)")
+        description="Amber's durable write next to the floor of its design (not a test)."
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="rounds of the four write phases, each in another order (default: 4)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=6.0, help="measured seconds per phase (default: 6)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=1.5,
+        help="unmeasured seconds of load before each phase (default: 1.5)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=32,
+        help="concurrent requests (= keep-alive connections) (default: 32)",
+    )
+    parser.add_argument(
+        "--uri-space",
+        type=int,
+        default=1000,
+        help="distinct URI-Rs the written passages spread over (default: 1000)",
+    )
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="where the temporary data dirs go (default: system temp dir)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep data dirs and server logs")
     parser.add_argument("--json", action="store_true", help="print machine-readable results only")
     args = parser.parse_args(argv)
@@ -125,16 +162,18 @@ def ratios_of(rounds: list[dict[str, PhaseResult]], cpus: int) -> list[dict[str,
     rows = []
     for phases in rounds:
         rps = {target: phases[target].rps for target in TARGETS}
-        rows.append({
-            "amber/baseline": rps["amber"] / rps["baseline"],
-            "floor/baseline": rps["floor"] / rps["baseline"],
-            "packed/baseline": rps["packed"] / rps["baseline"],
-            "amber/floor": rps["amber"] / rps["floor"],
-            "floor us/write": cpu_per_write_us(phases["floor"]),
-            "packed us/write": cpu_per_write_us(phases["packed"]),
-            "amber us/write": cpu_per_write_us(phases["amber"]),
-            "budget us/write": budget_at_goal_us(phases["baseline"], cpus),
-        })
+        rows.append(
+            {
+                "amber/baseline": rps["amber"] / rps["baseline"],
+                "floor/baseline": rps["floor"] / rps["baseline"],
+                "packed/baseline": rps["packed"] / rps["baseline"],
+                "amber/floor": rps["amber"] / rps["floor"],
+                "floor us/write": cpu_per_write_us(phases["floor"]),
+                "packed us/write": cpu_per_write_us(phases["packed"]),
+                "amber us/write": cpu_per_write_us(phases["amber"]),
+                "budget us/write": budget_at_goal_us(phases["baseline"], cpus),
+            }
+        )
     return rows
 
 
@@ -150,13 +189,17 @@ def _print_summary(rounds: list[dict[str, PhaseResult]], ratios: list[dict[str, 
     median = {name: statistics.median(r[name] for r in ratios) for name in names}
     if len(ratios) > 1:
         print(f"{'median':<8}" + "".join(f"{median[name]:>16.2f}" for name in names))
-    print(f"goal: amber/baseline >= {GOAL_RATIO}. The floor of the specified design reaches "
-          f"{median['floor/baseline']:.2f} of the baseline; its work costs "
-          f"{median['floor us/write']:.0f} µs of CPU per write, against "
-          f"{median['budget us/write']:.0f} µs that the machine has per write at the goal rate.")
+    print(
+        f"goal: amber/baseline >= {GOAL_RATIO}. The floor of the specified design reaches "
+        f"{median['floor/baseline']:.2f} of the baseline; its work costs "
+        f"{median['floor us/write']:.0f} µs of CPU per write, against "
+        f"{median['budget us/write']:.0f} µs that the machine has per write at the goal rate."
+    )
     if median["floor us/write"] > median["budget us/write"]:
-        print("So no implementation of that design meets the goal on this machine, however "
-              "well it spreads its work over the cores.")
+        print(
+            "So no implementation of that design meets the goal on this machine, however "
+            "well it spreads its work over the cores."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,12 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         with ExitStack() as stack:
             servers = {
                 "baseline": start_baseline(work_dir),
-                "floor": start_floor("floor", work_dir / "data-floor", work_dir,
-                                     args.amber_root, packed=False),
-                "packed": start_floor("packed", work_dir / "data-packed", work_dir,
-                                      args.amber_root, packed=True),
-                "amber": start_amber("full", work_dir / "data-amber", work_dir, auth=True,
-                                     root=args.amber_root),
+                "floor": start_floor(
+                    "floor", work_dir / "data-floor", work_dir, args.amber_root, packed=False
+                ),
+                "packed": start_floor(
+                    "packed", work_dir / "data-packed", work_dir, args.amber_root, packed=True
+                ),
+                "amber": start_amber(
+                    "full", work_dir / "data-amber", work_dir, auth=True, root=args.amber_root
+                ),
             }
             for server in servers.values():
                 stack.callback(server.stop)
@@ -186,8 +232,14 @@ def main(argv: list[str] | None = None) -> int:
                 turn = (number - 1) % len(TARGETS)
                 for target in TARGETS[turn:] + TARGETS[:turn]:
                     phases[target], _ = run_phase(
-                        args, work_dir, servers[target], mode=f"round-{number}", target=target,
-                        kind="write", path=paths.get(target, "/write"))
+                        args,
+                        work_dir,
+                        servers[target],
+                        mode=f"round-{number}",
+                        target=target,
+                        kind="write",
+                        path=paths.get(target, "/write"),
+                    )
                 rounds.append(phases)
     finally:
         if args.keep:
@@ -198,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         document: dict[str, Any] = {
             "results": [asdict(r) for phases in rounds for r in phases.values()],
-            "ratios": ratios, "goal_ratio": GOAL_RATIO,
+            "ratios": ratios,
+            "goal_ratio": GOAL_RATIO,
         }
         print(json.dumps(document, indent=2))
     else:

@@ -102,8 +102,11 @@ def remove_data(path: Path) -> None:
     back-to-back runs.
     """
     shutil.rmtree(path, ignore_errors=True)
-    print(f"removed {path}; ext4 keeps freed inodes out of reuse for 1-5 minutes, so a run "
-          "started sooner pays slower file creation (benchmarks/README.md)", file=sys.stderr)
+    print(
+        f"removed {path}; ext4 keeps freed inodes out of reuse for 1-5 minutes, so a run "
+        "started sooner pays slower file creation (benchmarks/README.md)",
+        file=sys.stderr,
+    )
 
 
 def _proc_cpu_seconds(pid: int) -> float:
@@ -227,7 +230,9 @@ class HttpxClient:
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = self.post_headers if body is not None else self.headers
-        response = await self.shared.request(method, self.base + path, content=body, headers=headers)
+        response = await self.shared.request(
+            method, self.base + path, content=body, headers=headers
+        )
         return response.status_code, response.content
 
     async def aclose(self) -> None:
@@ -241,7 +246,11 @@ try:
 except ImportError:  # pragma: no cover
     _HTTPX_ERRORS = ()
 _REQUEST_ERRORS: tuple[type[Exception], ...] = (
-    OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, *_HTTPX_ERRORS,
+    OSError,
+    asyncio.IncompleteReadError,
+    asyncio.LimitOverrunError,
+    ValueError,
+    *_HTTPX_ERRORS,
 )
 
 
@@ -360,8 +369,13 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
         "load_cpu": (load_cpu1 - load_cpu0) / seconds if seconds else 0.0,
         # Everything else on the machine (other processes, kernel work for no one of ours):
         # when it is high the figures are not trustworthy.
-        "other_cpu": max(0.0, (machine_cpu1 - machine_cpu0) - (server_cpu1 - server_cpu0)
-                         - (load_cpu1 - load_cpu0)) / seconds if seconds else 0.0,
+        "other_cpu": max(
+            0.0,
+            (machine_cpu1 - machine_cpu0) - (server_cpu1 - server_cpu0) - (load_cpu1 - load_cpu0),
+        )
+        / seconds
+        if seconds
+        else 0.0,
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "uri_ms": uri_ms,
     }
@@ -393,8 +407,15 @@ def _free_port() -> int:
 class Server:
     """A server subprocess; stopped with SIGINT (uvicorn's graceful shutdown)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int,
-                 log_dir: Path, cwd: Path = REPO_ROOT) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        port: int,
+        log_dir: Path,
+        cwd: Path = REPO_ROOT,
+    ) -> None:
         self.name = name
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
@@ -442,18 +463,28 @@ def _server_env(extra: dict[str, str], root: Path = REPO_ROOT) -> dict[str, str]
     return env
 
 
-def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: Path,
-                settings: dict[str, str] | None = None) -> Server:
+def start_amber(
+    mode: str,
+    data_dir: Path,
+    log_dir: Path,
+    *,
+    auth: bool,
+    root: Path,
+    settings: dict[str, str] | None = None,
+) -> Server:
     port = _free_port()
-    env = _server_env({
-        "AMBER_DATA_DIR": str(data_dir),
-        "AMBER_DURABILITY": mode,
-        # The per-key rate limit is a policy, not a cost: set it far above what one machine
-        # can do so the limiter still runs on every request but never refuses one.
-        "AMBER_RATE_LIMIT_PER_SECOND": "1000000000",
-        "AMBER_RATE_LIMIT_BURST": "1000000000",
-        **(settings or {}),
-    }, root)
+    env = _server_env(
+        {
+            "AMBER_DATA_DIR": str(data_dir),
+            "AMBER_DURABILITY": mode,
+            # The per-key rate limit is a policy, not a cost: set it far above what one machine
+            # can do so the limiter still runs on every request but never refuses one.
+            "AMBER_RATE_LIMIT_PER_SECOND": "1000000000",
+            "AMBER_RATE_LIMIT_BURST": "1000000000",
+            **(settings or {}),
+        },
+        root,
+    )
     cli = [sys.executable, "-m", "api.cli"]
     argv = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)]
     api_key = admin_key = None
@@ -471,8 +502,13 @@ def start_amber(mode: str, data_dir: Path, log_dir: Path, *, auth: bool, root: P
 
 
 def _make_key(cli: list[str], role: str, root: Path, env: dict[str, str]) -> str | None:
-    made = subprocess.run([*cli, "keys", "create", "--role", role, "--name", f"bench_http_{role}"],
-                          cwd=root, env=env, capture_output=True, text=True)
+    made = subprocess.run(
+        [*cli, "keys", "create", "--role", role, "--name", f"bench_http_{role}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if made.returncode == 0:
         return made.stdout.strip().splitlines()[-1]
     if "No such command" in made.stderr:  # a version without API keys is fine
@@ -495,9 +531,11 @@ def scrape_metrics(server: Server) -> dict[str, float] | None:
     return {sample[0]: float(sample[1]) for sample in samples if len(sample) == 2}
 
 
-def _server_figures(kind: str, before: dict[str, float] | None,
-                    after: dict[str, float] | None) -> dict[str, float | None]:
+def _server_figures(
+    kind: str, before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float | None]:
     """What the server counted over a phase: writes per commit, or answers from memory."""
+
     def grew(name: str) -> float:
         return (after or {}).get(name, 0.0) - (before or {}).get(name, 0.0)
 
@@ -505,8 +543,9 @@ def _server_figures(kind: str, before: dict[str, float] | None,
     if before is None or after is None:
         return figures
     if kind == "write" and grew("amber_write_batches_total"):
-        figures["writes_per_commit"] = (grew("amber_write_batch_mementos_total")
-                                        / grew("amber_write_batches_total"))
+        figures["writes_per_commit"] = grew("amber_write_batch_mementos_total") / grew(
+            "amber_write_batches_total"
+        )
     answers = grew("amber_uri_m_cache_hits_total") + grew("amber_uri_m_cache_misses_total")
     if kind == "resolve" and answers:
         figures["answers_from_memory"] = grew("amber_uri_m_cache_hits_total") / answers
@@ -518,9 +557,23 @@ def start_baseline(log_dir: Path) -> Server:
     # The same uvicorn options as `amber serve` (api/cli.py): one worker, default (auto)
     # loop and HTTP implementation, access log off, same log level and graceful timeout.
     argv = [
-        sys.executable, "-m", "uvicorn", "baseline_app:app", "--app-dir", str(BENCH_DIR),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        "--log-level", "info", "--no-access-log", "--timeout-graceful-shutdown", "10",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "baseline_app:app",
+        "--app-dir",
+        str(BENCH_DIR),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--log-level",
+        "info",
+        "--no-access-log",
+        "--timeout-graceful-shutdown",
+        "10",
     ]
     server = Server("baseline", argv, _server_env({}), port, log_dir)
     server.wait_ready("/healthz")
@@ -528,14 +581,30 @@ def start_baseline(log_dir: Path) -> Server:
 
 
 def run_phase(
-    args: argparse.Namespace, work_dir: Path, server: Server, *, mode: str, target: str,
-    kind: str, path: str, urls: list[str] | None = None,
+    args: argparse.Namespace,
+    work_dir: Path,
+    server: Server,
+    *,
+    mode: str,
+    target: str,
+    kind: str,
+    path: str,
+    urls: list[str] | None = None,
 ) -> tuple[PhaseResult, list[str]]:
     spec = {
-        "base_url": server.base_url, "server_pid": server.pid, "mode": mode, "kind": kind,
-        "path": path, "urls": urls, "concurrency": args.concurrency, "warmup": args.warmup,
-        "duration": None if args.requests else args.duration, "requests": args.requests,
-        "client": args.client, "uri_space": args.uri_space, "api_key": server.api_key,
+        "base_url": server.base_url,
+        "server_pid": server.pid,
+        "mode": mode,
+        "kind": kind,
+        "path": path,
+        "urls": urls,
+        "concurrency": args.concurrency,
+        "warmup": args.warmup,
+        "duration": None if args.requests else args.duration,
+        "requests": args.requests,
+        "client": args.client,
+        "uri_space": args.uri_space,
+        "api_key": server.api_key,
     }
     spec_path = work_dir / f"spec-{mode}-{target}-{kind}.json"
     out_path = work_dir / f"out-{mode}-{target}-{kind}.json"
@@ -545,15 +614,17 @@ def run_phase(
     try:
         subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "_load", str(spec_path), str(out_path)],
-            check=True, cwd=REPO_ROOT,
+            check=True,
+            cwd=REPO_ROOT,
         )
     finally:
         _stop_profiler(profiler)
     after = scrape_metrics(server) if before is not None else None
     raw = json.loads(out_path.read_text())
     uri_ms = raw.pop("uri_ms")
-    result = PhaseResult(mode=mode, target=target, kind=kind, **raw,
-                         **_server_figures(kind, before, after))
+    result = PhaseResult(
+        mode=mode, target=target, kind=kind, **raw, **_server_figures(kind, before, after)
+    )
     if not args.json:
         _print_row(result)
     return result, uri_ms
@@ -576,8 +647,22 @@ def _start_profiler(args: argparse.Namespace, server: Server, label: str) -> Any
     # With --py-spy-cpu instead: every thread that is running (not idle), so CPU spent in C
     # without the GIL (SQLite, file I/O, hashing) shows too, under its Python caller.
     what = [] if args.py_spy_cpu else ["--gil"]
-    argv = [py_spy, "record", "--pid", str(server.pid), *what, "--nonblocking",
-            "--rate", "250", "--duration", str(seconds), "--format", "raw", "-o", str(out)]
+    argv = [
+        py_spy,
+        "record",
+        "--pid",
+        str(server.pid),
+        *what,
+        "--nonblocking",
+        "--rate",
+        "250",
+        "--duration",
+        str(seconds),
+        "--format",
+        "raw",
+        "-o",
+        str(out),
+    ]
     with open(out_dir / f"{label}.py-spy.log", "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     return process, out
@@ -654,11 +739,16 @@ def _print_row(r: PhaseResult) -> None:
     if r.errors:
         print(f"{'':<12} {'':<9} ^ statuses: {r.statuses}", flush=True)
     if r.writes_per_commit is not None:
-        print(f"{'':<12} {'':<9} ^ server: {r.writes_per_commit:.1f} writes per group commit",
-              flush=True)
+        print(
+            f"{'':<12} {'':<9} ^ server: {r.writes_per_commit:.1f} writes per group commit",
+            flush=True,
+        )
     if r.answers_from_memory is not None:
-        print(f"{'':<12} {'':<9} ^ server: {r.answers_from_memory:.1%} of URI-M answers from "
-              "memory (AMBER_URI_M_CACHE_MB)", flush=True)
+        print(
+            f"{'':<12} {'':<9} ^ server: {r.answers_from_memory:.1%} of URI-M answers from "
+            "memory (AMBER_URI_M_CACHE_MB)",
+            flush=True,
+        )
 
 
 def ratios_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
@@ -670,13 +760,18 @@ def ratios_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
             if amber is None or base is None or not base.rps:
                 continue
             ratio = amber.rps / base.rps
-            rows.append({
-                "mode": mode, "kind": kind, "ratio": ratio,
-                "amber_rps": amber.rps, "baseline_rps": base.rps,
-                "p50_ms": {"amber": amber.p50_ms, "baseline": base.p50_ms},
-                "p99_ms": {"amber": amber.p99_ms, "baseline": base.p99_ms},
-                "meets_goal": ratio >= GOAL_RATIO,
-            })
+            rows.append(
+                {
+                    "mode": mode,
+                    "kind": kind,
+                    "ratio": ratio,
+                    "amber_rps": amber.rps,
+                    "baseline_rps": base.rps,
+                    "p50_ms": {"amber": amber.p50_ms, "baseline": base.p50_ms},
+                    "p99_ms": {"amber": amber.p99_ms, "baseline": base.p99_ms},
+                    "meets_goal": ratio >= GOAL_RATIO,
+                }
+            )
     return rows
 
 
@@ -688,15 +783,24 @@ def auth_costs_of(results: list[PhaseResult]) -> list[dict[str, Any]]:
         open_ = table.get((f"{mode}-noauth", kind))
         if open_ is None or not open_.rps:
             continue
-        rows.append({"mode": mode, "kind": kind, "ratio": keyed.rps / open_.rps,
-                     "with_key_rps": keyed.rps, "without_key_rps": open_.rps})
+        rows.append(
+            {
+                "mode": mode,
+                "kind": kind,
+                "ratio": keyed.rps / open_.rps,
+                "with_key_rps": keyed.rps,
+                "without_key_rps": open_.rps,
+            }
+        )
     return rows
 
 
 def _print_summary(results: list[PhaseResult], ratios: list[dict[str, Any]]) -> None:
     print()
-    print(f"{'mode':<12} {'ratio':<8} {'amber/baseline':>14} {'amber req/s':>12} "
-          f"{'base req/s':>11} {'p50 ms amber/base':>18} {'p99 ms amber/base':>18}")
+    print(
+        f"{'mode':<12} {'ratio':<8} {'amber/baseline':>14} {'amber req/s':>12} "
+        f"{'base req/s':>11} {'p50 ms amber/base':>18} {'p99 ms amber/base':>18}"
+    )
     for row in ratios:
         p50, p99 = row["p50_ms"], row["p99_ms"]
         verdict = "ok" if row["meets_goal"] else f"below {GOAL_RATIO}"
@@ -706,27 +810,38 @@ def _print_summary(results: list[PhaseResult], ratios: list[dict[str, Any]]) -> 
             f"{p50['amber']:>8.2f}/{p50['baseline']:<9.2f} {p99['amber']:>8.2f}/{p99['baseline']:<9.2f}"
         )
     by_key = {(r.mode, r.target, r.kind): r for r in results}
-    full, relaxed = by_key.get(("full", "amber", "write")), by_key.get(("relaxed", "amber", "write"))
+    full, relaxed = (
+        by_key.get(("full", "amber", "write")),
+        by_key.get(("relaxed", "amber", "write")),
+    )
     if full and relaxed and relaxed.rps:
-        print(f"\ncost of durability (writes): full/relaxed throughput = {full.rps / relaxed.rps:.2f}, "
-              f"p50 {full.p50_ms:.2f} vs {relaxed.p50_ms:.2f} ms")
+        print(
+            f"\ncost of durability (writes): full/relaxed throughput = {full.rps / relaxed.rps:.2f}, "
+            f"p50 {full.p50_ms:.2f} vs {relaxed.p50_ms:.2f} ms"
+        )
     print(f"goal (durability full): both ratios >= {GOAL_RATIO}")
     for row in auth_costs_of(results):
-        print(f"cost of authentication ({row['mode']} {row['kind']}): with/without key = "
-              f"{row['ratio']:.2f} ({row['with_key_rps']:.0f} vs {row['without_key_rps']:.0f} req/s; "
-              f"goal >= {AUTH_GOAL_RATIO})")
+        print(
+            f"cost of authentication ({row['mode']} {row['kind']}): with/without key = "
+            f"{row['ratio']:.2f} ({row['with_key_rps']:.0f} vs {row['without_key_rps']:.0f} req/s; "
+            f"goal >= {AUTH_GOAL_RATIO})"
+        )
     saturated = [r for r in results if r.load_cpu > SATURATED_LOAD_CPU]
     if saturated:
         names = ", ".join(f"{r.mode} {r.target} {r.kind}" for r in saturated)
-        print(f"WARNING: the load process used more than {SATURATED_LOAD_CPU:.0%} of a core in: "
-              f"{names}. The load generator, not the server, limited those figures, so the "
-              "ratios overstate Amber (see README, 'Why a raw client').")
+        print(
+            f"WARNING: the load process used more than {SATURATED_LOAD_CPU:.0%} of a core in: "
+            f"{names}. The load generator, not the server, limited those figures, so the "
+            "ratios overstate Amber (see README, 'Why a raw client')."
+        )
     noisy = [r for r in results if r.other_cpu > NOISY_OTHER_CPU]
     if noisy:
         worst = max(noisy, key=lambda r: r.other_cpu)
-        print(f"WARNING: other processes used up to {worst.other_cpu:.0%} CPU during "
-              f"{len(noisy)} phase(s) (column 'other'); on a 2-core machine that skews the "
-              "figures: rerun when the machine is quiet.")
+        print(
+            f"WARNING: other processes used up to {worst.other_cpu:.0%} CPU during "
+            f"{len(noisy)} phase(s) (column 'other'); on a 2-core machine that skews the "
+            "figures: rerun when the machine is quiet."
+        )
 
 
 def _environment(args: argparse.Namespace, data_root: Path) -> dict[str, Any]:
@@ -761,8 +876,12 @@ def _environment(args: argparse.Namespace, data_root: Path) -> dict[str, Any]:
 
 def _git_commit(root: Path) -> str | None:
     try:
-        made = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True, timeout=10)
+        made = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return made.stdout.strip() or None
@@ -788,46 +907,97 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Amber HTTP throughput next to a trivial FastAPI app (not a test).",
     )
-    parser.add_argument("--modes", default="full,relaxed",
-                        help="AMBER_DURABILITY modes to run, comma separated (default: full,relaxed)")
-    parser.add_argument("--duration", type=float, default=8.0,
-                        help="measured seconds per phase (default: 8)")
-    parser.add_argument("--requests", type=int, default=None,
-                        help="measure this many requests per phase instead of --duration")
-    parser.add_argument("--warmup", type=float, default=1.5,
-                        help="unmeasured seconds of load before each phase (default: 1.5)")
-    parser.add_argument("--concurrency", type=int, default=32,
-                        help="concurrent requests (= keep-alive connections) (default: 32)")
-    parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
-                        help="load generator HTTP client (default: raw asyncio streams; httpx "
-                             "costs ~3x more CPU per request, see README)")
-    parser.add_argument("--amber-root", type=Path, default=REPO_ROOT,
-                        help="checkout of Amber to serve (default: the one holding this script), "
-                             "e.g. an export of another commit to compare")
-    parser.add_argument("--auth", choices=("key", "off", "both"), default="key",
-                        help="key: requests carry an agent API key made with `amber keys create` "
-                             "(default); off: `amber serve --insecure-no-auth`; both: each mode "
-                             "once with a key and once without (rows '<mode>-noauth'), and the "
-                             "cost of authentication as amber(key)/amber(off)")
-    parser.add_argument("--uri-space", type=int, default=1000,
-                        help="distinct URI-Rs the written passages spread over (default: 1000)")
-    parser.add_argument("--data-root", default=None,
-                        help="where the temporary AMBER_DATA_DIRs go (default: system temp dir); "
-                             "durability costs depend on this filesystem")
-    parser.add_argument("--uri-m-cache-mb", type=int, default=None, metavar="MB",
-                        help="AMBER_URI_M_CACHE_MB for Amber (default: Amber's own); 0 makes "
-                             "every resolve read the index, as when the mementos resolved "
-                             "do not fit in memory")
+    parser.add_argument(
+        "--modes",
+        default="full,relaxed",
+        help="AMBER_DURABILITY modes to run, comma separated (default: full,relaxed)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=8.0, help="measured seconds per phase (default: 8)"
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="measure this many requests per phase instead of --duration",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=1.5,
+        help="unmeasured seconds of load before each phase (default: 1.5)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=32,
+        help="concurrent requests (= keep-alive connections) (default: 32)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="load generator HTTP client (default: raw asyncio streams; httpx "
+        "costs ~3x more CPU per request, see README)",
+    )
+    parser.add_argument(
+        "--amber-root",
+        type=Path,
+        default=REPO_ROOT,
+        help="checkout of Amber to serve (default: the one holding this script), "
+        "e.g. an export of another commit to compare",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=("key", "off", "both"),
+        default="key",
+        help="key: requests carry an agent API key made with `amber keys create` "
+        "(default); off: `amber serve --insecure-no-auth`; both: each mode "
+        "once with a key and once without (rows '<mode>-noauth'), and the "
+        "cost of authentication as amber(key)/amber(off)",
+    )
+    parser.add_argument(
+        "--uri-space",
+        type=int,
+        default=1000,
+        help="distinct URI-Rs the written passages spread over (default: 1000)",
+    )
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="where the temporary AMBER_DATA_DIRs go (default: system temp dir); "
+        "durability costs depend on this filesystem",
+    )
+    parser.add_argument(
+        "--uri-m-cache-mb",
+        type=int,
+        default=None,
+        metavar="MB",
+        help="AMBER_URI_M_CACHE_MB for Amber (default: Amber's own); 0 makes "
+        "every resolve read the index, as when the mementos resolved "
+        "do not fit in memory",
+    )
     parser.add_argument("--keep", action="store_true", help="keep data dirs and server logs")
     parser.add_argument("--json", action="store_true", help="print machine-readable results only")
-    parser.add_argument("--py-spy", nargs="?", const="amber", default=None, metavar="SERVER",
-                        help="record py-spy profiles of the server (default: amber) during "
-                             "each phase; perturbs the figures (the profiler takes CPU)")
-    parser.add_argument("--py-spy-cpu", action="store_true",
-                        help="with --py-spy: sample every running thread instead of only "
-                             "the GIL holder")
-    parser.add_argument("--py-spy-dir", default="bench-profiles",
-                        help="where --py-spy writes folded stacks (default: ./bench-profiles)")
+    parser.add_argument(
+        "--py-spy",
+        nargs="?",
+        const="amber",
+        default=None,
+        metavar="SERVER",
+        help="record py-spy profiles of the server (default: amber) during "
+        "each phase; perturbs the figures (the profiler takes CPU)",
+    )
+    parser.add_argument(
+        "--py-spy-cpu",
+        action="store_true",
+        help="with --py-spy: sample every running thread instead of only the GIL holder",
+    )
+    parser.add_argument(
+        "--py-spy-dir",
+        default="bench-profiles",
+        help="where --py-spy writes folded stacks (default: ./bench-profiles)",
+    )
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.amber_root = args.amber_root.resolve()
@@ -863,19 +1033,54 @@ def main(argv: list[str] | None = None) -> int:
             variants = {"key": [True], "off": [False], "both": [True, False]}[args.auth]
             for mode, auth in ((m, a) for m in args.modes for a in variants):
                 label = mode if auth or args.auth != "both" else f"{mode}-noauth"
-                amber = start_amber(mode, work_dir / f"data-{label}", work_dir,
-                                    auth=auth, root=args.amber_root, settings=_settings(args))
+                amber = start_amber(
+                    mode,
+                    work_dir / f"data-{label}",
+                    work_dir,
+                    auth=auth,
+                    root=args.amber_root,
+                    settings=_settings(args),
+                )
                 try:
-                    base_w, _ = run_phase(args, work_dir, baseline, mode=label, target="baseline",
-                                          kind="write", path="/write")
-                    amber_w, uri_ms = run_phase(args, work_dir, amber, mode=label, target="amber",
-                                                kind="write", path="/api/v1/mementos")
-                    base_r, _ = run_phase(args, work_dir, baseline, mode=label, target="baseline",
-                                          kind="resolve", path="/bytes")
+                    base_w, _ = run_phase(
+                        args,
+                        work_dir,
+                        baseline,
+                        mode=label,
+                        target="baseline",
+                        kind="write",
+                        path="/write",
+                    )
+                    amber_w, uri_ms = run_phase(
+                        args,
+                        work_dir,
+                        amber,
+                        mode=label,
+                        target="amber",
+                        kind="write",
+                        path="/api/v1/mementos",
+                    )
+                    base_r, _ = run_phase(
+                        args,
+                        work_dir,
+                        baseline,
+                        mode=label,
+                        target="baseline",
+                        kind="resolve",
+                        path="/bytes",
+                    )
                     if not uri_ms:
                         raise RuntimeError(f"amber ({label}) wrote nothing; see {amber.log_path}")
-                    amber_r, _ = run_phase(args, work_dir, amber, mode=label, target="amber",
-                                           kind="resolve", path="", urls=uri_ms)
+                    amber_r, _ = run_phase(
+                        args,
+                        work_dir,
+                        amber,
+                        mode=label,
+                        target="amber",
+                        kind="resolve",
+                        path="",
+                        urls=uri_ms,
+                    )
                     results += [base_w, amber_w, base_r, amber_r]
                 finally:
                     amber.stop()
@@ -886,9 +1091,18 @@ def main(argv: list[str] | None = None) -> int:
             remove_data(work_dir)
     ratios = ratios_of(results)
     if args.json:
-        print(json.dumps({"environment": env, "results": [asdict(r) for r in results],
-                          "ratios": ratios, "goal_ratio": GOAL_RATIO,
-                          "auth_costs": auth_costs_of(results)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "environment": env,
+                    "results": [asdict(r) for r in results],
+                    "ratios": ratios,
+                    "goal_ratio": GOAL_RATIO,
+                    "auth_costs": auth_costs_of(results),
+                },
+                indent=2,
+            )
+        )
     else:
         _print_summary(results, ratios)
     return 0

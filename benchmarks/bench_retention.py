@@ -55,9 +55,18 @@ def build(root: Path, total: int, expired: int) -> Archive:
     old = now - timedelta(days=400)
     archive.transcripts.put("default", "long", "P7Y", {"customer": "bench"})
     with archive.index.write() as connection:
-        connection.execute(insert(transcripts).values(
-            tenant="default", id="expired-t", created_at=old, updated_at=old, retention="P30D",
-            retain_until=old + timedelta(days=30), labels_json="{}", legal_hold=0))
+        connection.execute(
+            insert(transcripts).values(
+                tenant="default",
+                id="expired-t",
+                created_at=old,
+                updated_at=old,
+                retention="P30D",
+                retain_until=old + timedelta(days=30),
+                labels_json="{}",
+                legal_hold=0,
+            )
+        )
     rows: list[dict[str, Any]] = []
     blob_rows: list[dict[str, Any]] = []
     cite_rows: list[dict[str, Any]] = []
@@ -69,30 +78,73 @@ def build(root: Path, total: int, expired: int) -> Archive:
         else:
             address, size = content_address(f"live {number}".encode()), 100  # rows only
         memento_id = f"{number:032x}"
-        rows.append({
-            "id": memento_id, "tenant": "default", "uri_r": f"https://bench.example/{number % 5000}",
-            "urir_key": f"https://bench.example/{number % 5000}", "captured_at": old,
-            "archived_at": old if is_expired else now, "content_hash": address,
-            "blob_version_id": None, "media_type": "text/plain", "size": size, "scope": "document",
-            "tool": "http.get", "final_url": None, "http_status": 200, "headers_json": "{}",
-            "expires_at": old + timedelta(days=14) if is_expired else now + timedelta(days=3650),
-            "deleted_at": None, "deletion_reason": None, "legal_hold": 0,
-        })
-        blob_rows.append({"address": address, "size": size, "version_id": None, "stored_at": old,
-                          "state": "live", "lock_legal_hold": 0})
-        if number % 10 == 0:  # a tenth of everything is cited (expired ones by an expired transcript)
-            cite_rows.append({
-                "id": f"c{number:031x}", "tenant": "default",
-                "transcript_id": "expired-t" if is_expired else "long", "passage_memento_id": memento_id,
-                "document_memento_id": None, "document_hash": address, "document_size": size,
-                "document_media_type": "text/plain", "document_uri_r": "https://bench.example/",
-                "document_captured_at": old, "document_tool": "http.get", "document_final_url": None,
-                "document_http_status": 200, "document_headers_json": "{}", "quote_hash": address,
-                "selector_json": '{"exact": "x", "prefix": "", "suffix": ""}', "position_start": 0,
-                "position_end": 1, "extractor": "amber-plain", "extractor_version": "1",
-                "normalisation": "amber-norm-1", "match_method": "exact", "run_id": None,
-                "source_ids_json": "[]", "created_at": old,
-            })
+        rows.append(
+            {
+                "id": memento_id,
+                "tenant": "default",
+                "uri_r": f"https://bench.example/{number % 5000}",
+                "urir_key": f"https://bench.example/{number % 5000}",
+                "captured_at": old,
+                "archived_at": old if is_expired else now,
+                "content_hash": address,
+                "blob_version_id": None,
+                "media_type": "text/plain",
+                "size": size,
+                "scope": "document",
+                "tool": "http.get",
+                "final_url": None,
+                "http_status": 200,
+                "headers_json": "{}",
+                "expires_at": old + timedelta(days=14)
+                if is_expired
+                else now + timedelta(days=3650),
+                "deleted_at": None,
+                "deletion_reason": None,
+                "legal_hold": 0,
+            }
+        )
+        blob_rows.append(
+            {
+                "address": address,
+                "size": size,
+                "version_id": None,
+                "stored_at": old,
+                "state": "live",
+                "lock_legal_hold": 0,
+            }
+        )
+        if (
+            number % 10 == 0
+        ):  # a tenth of everything is cited (expired ones by an expired transcript)
+            cite_rows.append(
+                {
+                    "id": f"c{number:031x}",
+                    "tenant": "default",
+                    "transcript_id": "expired-t" if is_expired else "long",
+                    "passage_memento_id": memento_id,
+                    "document_memento_id": None,
+                    "document_hash": address,
+                    "document_size": size,
+                    "document_media_type": "text/plain",
+                    "document_uri_r": "https://bench.example/",
+                    "document_captured_at": old,
+                    "document_tool": "http.get",
+                    "document_final_url": None,
+                    "document_http_status": 200,
+                    "document_headers_json": "{}",
+                    "quote_hash": address,
+                    "selector_json": '{"exact": "x", "prefix": "", "suffix": ""}',
+                    "position_start": 0,
+                    "position_end": 1,
+                    "extractor": "amber-plain",
+                    "extractor_version": "1",
+                    "normalisation": "amber-norm-1",
+                    "match_method": "exact",
+                    "run_id": None,
+                    "source_ids_json": "[]",
+                    "created_at": old,
+                }
+            )
         if len(rows) >= CHUNK:
             _flush(archive, rows, blob_rows, cite_rows)
     _flush(archive, rows, blob_rows, cite_rows)
@@ -152,12 +204,16 @@ def measure(total: int, expired: int) -> dict[str, float]:
         # in a sweep would otherwise flush hundreds of MB of freshly built index).
         os.sync()
         try:
-            sample = [f"{n:032x}" for n in random.Random(0).sample(range(total), min(total, 200_000))]
+            sample = [
+                f"{n:032x}" for n in random.Random(0).sample(range(total), min(total, 200_000))
+            ]
             evaluated = SweepReport(dry_run=True)
             started = time.perf_counter()
             with archive.retention.mapped_index():  # as the sweep runs it
                 for start in range(0, len(sample), 500):
-                    archive.retention._settle(sample[start:start + 500], utc_now(), True, evaluated)
+                    archive.retention._settle(
+                        sample[start : start + 500], utc_now(), True, evaluated
+                    )
             evaluation = time.perf_counter() - started
             assert evaluated.evaluated == len(sample), evaluated.as_dict()
             started = time.perf_counter()
@@ -174,7 +230,9 @@ def measure(total: int, expired: int) -> dict[str, float]:
         finally:
             archive.close()
     return {
-        "mementos": total, "expired": expired, "build_seconds": round(built, 1),
+        "mementos": total,
+        "expired": expired,
+        "build_seconds": round(built, 1),
         "evaluated_per_second": round(len(sample) / evaluation),
         "dry_run_sweep_evaluated_per_second": round(dry.evaluated / dry_seconds),
         "sweep_seconds": round(sweep, 2),
@@ -186,7 +244,9 @@ def measure(total: int, expired: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mementos", type=int, default=1_000_000)
     parser.add_argument("--expired", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
@@ -194,25 +254,33 @@ def main() -> None:
     large = measure(args.mementos, args.expired)
     small = measure(max(args.expired * 2, args.mementos // 10), args.expired)
     result: dict[str, Any] = {
-        "large": large, "small": small,
-        "sweep_time_ratio_large_over_small": round(large["sweep_seconds"] / small["sweep_seconds"], 2),
-        "sweep_index_time_ratio_large_over_small":
-            round(large["sweep_index_seconds"] / small["sweep_index_seconds"], 2),
+        "large": large,
+        "small": small,
+        "sweep_time_ratio_large_over_small": round(
+            large["sweep_seconds"] / small["sweep_seconds"], 2
+        ),
+        "sweep_index_time_ratio_large_over_small": round(
+            large["sweep_index_seconds"] / small["sweep_index_seconds"], 2
+        ),
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return
     for name in ("large", "small"):
         figures = result[name]
-        print(f"{name:>6}: {figures['mementos']:>9,} mementos, {figures['expired']:,} expired | "
-              f"evaluate {figures['evaluated_per_second']:>8,}/s | sweep {figures['sweep_seconds']} s "
-              f"[store {figures['sweep_store_seconds']} s, rest {figures['sweep_index_seconds']} s] "
-              f"({figures['deleted_mementos_per_second']:,} mementos/s, "
-              f"{figures['deleted_blobs_per_second']:,} blobs/s) | dry-run sweep "
-              f"{figures['dry_run_sweep_evaluated_per_second']:,} evaluated/s | build {figures['build_seconds']} s")
-    print(f"sweep time, 10x larger index / smaller index: {result['sweep_time_ratio_large_over_small']} "
-          f"(without the store's unlink+fsync: {result['sweep_index_time_ratio_large_over_small']}; "
-          "≈1 means cost follows what expired, not archive size)")
+        print(
+            f"{name:>6}: {figures['mementos']:>9,} mementos, {figures['expired']:,} expired | "
+            f"evaluate {figures['evaluated_per_second']:>8,}/s | sweep {figures['sweep_seconds']} s "
+            f"[store {figures['sweep_store_seconds']} s, rest {figures['sweep_index_seconds']} s] "
+            f"({figures['deleted_mementos_per_second']:,} mementos/s, "
+            f"{figures['deleted_blobs_per_second']:,} blobs/s) | dry-run sweep "
+            f"{figures['dry_run_sweep_evaluated_per_second']:,} evaluated/s | build {figures['build_seconds']} s"
+        )
+    print(
+        f"sweep time, 10x larger index / smaller index: {result['sweep_time_ratio_large_over_small']} "
+        f"(without the store's unlink+fsync: {result['sweep_index_time_ratio_large_over_small']}; "
+        "≈1 means cost follows what expired, not archive size)"
+    )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ def _media_type(file: str) -> str:
 
 
 def load_documents() -> dict[str, dict[str, str]]:
-    documents: dict[str, dict[str, str]] = json.loads((CORPUS / "documents.json").read_text("utf-8"))
+    documents: dict[str, dict[str, str]] = json.loads(
+        (CORPUS / "documents.json").read_text("utf-8")
+    )
     return documents
 
 
@@ -109,12 +111,22 @@ def build_inputs(case: dict[str, Any], documents: dict[str, dict[str, str]]) -> 
         new_text = EDIT_BEFORE + case["new"] + EDIT_AFTER
         match = locate(old_text, case["old"])
         kwargs = dict(
-            status=200, error=None, live_hash=content_address(new_text.encode()),
-            recorded_hash=content_address(old_text.encode()), not_modified=False,
-            live_text=prepare(new_text), old_exact=case["old"], prefix=match.prefix,
-            suffix=match.suffix, position=match.start,
+            status=200,
+            error=None,
+            live_hash=content_address(new_text.encode()),
+            recorded_hash=content_address(old_text.encode()),
+            not_modified=False,
+            live_text=prepare(new_text),
+            old_exact=case["old"],
+            prefix=match.prefix,
+            suffix=match.suffix,
+            position=match.start,
             soft404=soft_404_signals(
-                requested_url=EDIT_URL, final_url=EDIT_URL, status=200, title=None, text=new_text,
+                requested_url=EDIT_URL,
+                final_url=EDIT_URL,
+                status=200,
+                title=None,
+                text=new_text,
                 probe_text=None,
             ),
         )
@@ -151,20 +163,32 @@ def build_inputs(case: dict[str, Any], documents: dict[str, dict[str, str]]) -> 
         live = prepare(live_text)
         probe_text = extract_text(_page(document["probe"]), _media_type(document["probe"])).text
         signals = soft_404_signals(
-            requested_url=document["url"], final_url=final_url, status=status,
-            title=html_title(live_bytes, live_type), text=live_text, probe_text=probe_text,
+            requested_url=document["url"],
+            final_url=final_url,
+            status=status,
+            title=html_title(live_bytes, live_type),
+            text=live_text,
+            probe_text=probe_text,
         )
     kwargs = dict(
-        status=status, error=case.get("error"),
+        status=status,
+        error=case.get("error"),
         live_hash=content_address(live_bytes) if live_bytes is not None else None,
-        recorded_hash=content_address(old_bytes), not_modified=bool(case.get("not_modified")),
-        live_text=live, old_exact=case["quote"], prefix=match.prefix, suffix=match.suffix,
-        position=match.start, soft404=signals,
+        recorded_hash=content_address(old_bytes),
+        not_modified=bool(case.get("not_modified")),
+        live_text=live,
+        old_exact=case["quote"],
+        prefix=match.prefix,
+        suffix=match.suffix,
+        position=match.start,
+        soft404=signals,
     )
     return Inputs(kwargs, live_bytes, live_type)
 
 
-def run_case(case: dict[str, Any], documents: dict[str, dict[str, str]] | None = None) -> CheckOutcome:
+def run_case(
+    case: dict[str, Any], documents: dict[str, dict[str, str]] | None = None
+) -> CheckOutcome:
     inputs = build_inputs(case, documents if documents is not None else load_documents())
     return classify(**inputs.kwargs)
 
@@ -172,7 +196,9 @@ def run_case(case: dict[str, Any], documents: dict[str, dict[str, str]] | None =
 # -- report ---------------------------------------------------------------------------------
 
 
-def evaluate(cases: list[dict[str, Any]]) -> tuple[list[tuple[dict[str, Any], CheckOutcome]], dict[str, Any]]:
+def evaluate(
+    cases: list[dict[str, Any]],
+) -> tuple[list[tuple[dict[str, Any], CheckOutcome]], dict[str, Any]]:
     documents = load_documents()
     results = [(case, run_case(case, documents)) for case in cases]
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
@@ -201,13 +227,20 @@ def evaluate(cases: list[dict[str, Any]]) -> tuple[list[tuple[dict[str, Any], Ch
         "cases": len(results),
         "correct": correct,
         "accuracy": correct / len(results),
-        "per_batch": {name: {"correct": c, "cases": n, "accuracy": c / n} for name, (c, n) in sorted(batches.items())},
+        "per_batch": {
+            name: {"correct": c, "cases": n, "accuracy": c / n}
+            for name, (c, n) in sorted(batches.items())
+        },
         "per_verdict": per_verdict,
         "confusion": {e: dict(confusion[e]) for e in VERDICTS if confusion[e]},
         "misses": [
-            {"id": case["id"], "batch": case.get("batch", "dev"), "expected": case["expected"],
-             "got": outcome.verdict.value,
-             "reasons": list(outcome.reasons)}
+            {
+                "id": case["id"],
+                "batch": case.get("batch", "dev"),
+                "expected": case["expected"],
+                "got": outcome.verdict.value,
+                "reasons": list(outcome.reasons),
+            }
             for case, outcome in results
             if outcome.verdict.value != case["expected"]
         ],
@@ -220,13 +253,22 @@ def _fmt(value: float | None) -> str:
 
 
 def print_report(summary: dict[str, Any]) -> None:
-    print(f"drift rules {summary['rules_version']}: {summary['cases']} cases, "
-          f"accuracy {summary['accuracy']:.1%} ({summary['correct']}/{summary['cases']})")
+    print(
+        f"drift rules {summary['rules_version']}: {summary['cases']} cases, "
+        f"accuracy {summary['accuracy']:.1%} ({summary['correct']}/{summary['cases']})"
+    )
     for name, batch in summary["per_batch"].items():
         print(f"  {name}: {batch['accuracy']:.1%} ({batch['correct']}/{batch['cases']})")
     print()
-    short = {"identical": "ident", "cosmetic": "cosm", "material": "mater", "reversal": "rever",
-             "gone": "gone", "soft_404": "soft4", "unreachable": "unrch"}
+    short = {
+        "identical": "ident",
+        "cosmetic": "cosm",
+        "material": "mater",
+        "reversal": "rever",
+        "gone": "gone",
+        "soft_404": "soft4",
+        "unreachable": "unrch",
+    }
     header = "expected \\ got".ljust(15) + "".join(short[v].rjust(7) for v in VERDICTS)
     header += "  cases  precision  recall"
     print(header)
@@ -240,8 +282,10 @@ def print_report(summary: dict[str, Any]) -> None:
     if summary["misses"]:
         print("\nmisses:")
         for miss in summary["misses"]:
-            print(f"  [{miss['batch']}] {miss['id']}: expected {miss['expected']}, got {miss['got']} "
-                  f"{tuple(miss['reasons'])}")
+            print(
+                f"  [{miss['batch']}] {miss['id']}: expected {miss['expected']}, got {miss['got']} "
+                f"{tuple(miss['reasons'])}"
+            )
 
 
 # -- timing ---------------------------------------------------------------------------------
@@ -250,7 +294,10 @@ def print_report(summary: dict[str, Any]) -> None:
 def _big_page(seed: int, size: int = 100 * 1024) -> tuple[str, str, str]:
     """A ~``size`` character text of sentence-like prose and a sentence in its middle."""
     rng = random.Random(seed)
-    vocabulary = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 10))) for _ in range(3000)]
+    vocabulary = [
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 10)))
+        for _ in range(3000)
+    ]
     sentences = []
     length = 0
     while length < size:
@@ -278,7 +325,7 @@ def timings(repeat: int = 50) -> dict[str, float]:
     words = quote.split()
     at = text.index(quote)
     position = at
-    prefix, suffix = text[max(0, at - 32):at], text[at + len(quote):at + len(quote) + 32]
+    prefix, suffix = text[max(0, at - 32) : at], text[at + len(quote) : at + len(quote) + 32]
     edited_quote_text = text.replace(quote, " ".join([*words[:3], "not", *words[3:]]))
     moved = text.replace(quote + "\n", "") + "\n" + quote.replace(words[2], words[2] + "s")
     deleted = text.replace(quote, "")
@@ -287,23 +334,43 @@ def timings(repeat: int = 50) -> dict[str, float]:
     def locate(source: str) -> Any:
         # A fresh PreparedText each call: the page's normalisation is part of the cost (the job
         # prepares each fetched page once, then checks every passage cited from it).
-        return lambda: find_passage(PreparedText(source), quote, prefix=prefix, suffix=suffix, position=position)
+        return lambda: find_passage(
+            PreparedText(source), quote, prefix=prefix, suffix=suffix, position=position
+        )
 
     figures["find_passage exact (100 KiB)"] = _time(locate(text), repeat)
-    figures["find_passage fuzzy, edited in place (100 KiB)"] = _time(locate(edited_quote_text), repeat)
+    figures["find_passage fuzzy, edited in place (100 KiB)"] = _time(
+        locate(edited_quote_text), repeat
+    )
     figures["find_passage fuzzy, moved + edited (100 KiB)"] = _time(locate(moved), repeat)
     figures["find_passage deleted -> None (100 KiB)"] = _time(locate(deleted), repeat)
-    figures["  of which: normalising the page"] = _time(lambda: PreparedText(moved).normalised, repeat)
+    figures["  of which: normalising the page"] = _time(
+        lambda: PreparedText(moved).normalised, repeat
+    )
     edited = " ".join([*words[:3], "not", *words[3:]])
     figures["assess_edit (one sentence)"] = _time(lambda: assess_edit(quote, edited), repeat * 20)
     long_old = " ".join(text[:2000].split())
     long_new = long_old.replace(" a", " the", 3)
-    figures["assess_edit (2000-char passage)"] = _time(lambda: assess_edit(long_old, long_new), repeat)
+    figures["assess_edit (2000-char passage)"] = _time(
+        lambda: assess_edit(long_old, long_new), repeat
+    )
     probe = text.replace(quote, "Something else entirely.")
     figures["soft_404_signals with probe (100 KiB)"] = _time(
-        lambda: soft_404_signals(requested_url="https://a.example/x/y", final_url="https://a.example/x/y",
-                                 status=200, title="A title", text=text, probe_text=probe), repeat)
-    html = ("<html><head><title>A page</title></head><body><p>" + text.replace("\n", "</p><p>") + "</p></body></html>").encode()
+        lambda: soft_404_signals(
+            requested_url="https://a.example/x/y",
+            final_url="https://a.example/x/y",
+            status=200,
+            title="A title",
+            text=text,
+            probe_text=probe,
+        ),
+        repeat,
+    )
+    html = (
+        "<html><head><title>A page</title></head><body><p>"
+        + text.replace("\n", "</p><p>")
+        + "</p></body></html>"
+    ).encode()
     figures["html_title (100 KiB HTML)"] = _time(lambda: html_title(html, "text/html"), repeat)
     documents = load_documents()
     cases = load_cases()
@@ -312,7 +379,9 @@ def timings(repeat: int = 50) -> dict[str, float]:
     for _ in range(rounds):
         for case in cases:
             run_case(case, documents)
-    figures["corpus case end to end incl. extraction (mean)"] = (time.perf_counter() - started) * 1000 / (rounds * len(cases))
+    figures["corpus case end to end incl. extraction (mean)"] = (
+        (time.perf_counter() - started) * 1000 / (rounds * len(cases))
+    )
     return figures
 
 
@@ -320,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing section")
-    parser.add_argument("--repeat", type=int, default=50, help="timing repetitions (median reported)")
+    parser.add_argument(
+        "--repeat", type=int, default=50, help="timing repetitions (median reported)"
+    )
     args = parser.parse_args(argv)
     _, summary = evaluate(load_cases())
     if not args.no_timing:

@@ -71,11 +71,16 @@ class Floor:
         database = data_dir / "index.sqlite3"
         Index(f"sqlite:///{database}", durable=True).close()  # Amber's schema, migrated
         self.db = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
-        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "foreign_keys=ON",
-                       "synchronous=FULL"):
+        for pragma in (
+            "journal_mode=WAL",
+            "busy_timeout=30000",
+            "foreign_keys=ON",
+            "synchronous=FULL",
+        ):
             self.db.execute(f"PRAGMA {pragma}")
-        self.db.execute("INSERT OR IGNORE INTO tenants (id, created_at) VALUES (?, ?)",
-                        (TENANT, _now()))
+        self.db.execute(
+            "INSERT OR IGNORE INTO tenants (id, created_at) VALUES (?, ?)", (TENANT, _now())
+        )
         self.blobs = data_dir / "blobs"
         for shard in range(256):
             (self.blobs / f"{shard:02x}").mkdir(parents=True, exist_ok=True)
@@ -122,9 +127,26 @@ class Floor:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany(_INSERT_BLOB, [(w.address, w.size, w.at) for w in batch])
-            self.db.executemany(_INSERT_MEMENTO, [
-                (w.memento_id, TENANT, w.uri_r, w.uri_r, w.at, w.at, w.address, w.media_type,
-                 w.size, w.scope, w.tool, w.at) for w in batch])
+            self.db.executemany(
+                _INSERT_MEMENTO,
+                [
+                    (
+                        w.memento_id,
+                        TENANT,
+                        w.uri_r,
+                        w.uri_r,
+                        w.at,
+                        w.at,
+                        w.address,
+                        w.media_type,
+                        w.size,
+                        w.scope,
+                        w.tool,
+                        w.at,
+                    )
+                    for w in batch
+                ],
+            )
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -157,15 +179,33 @@ class Floor:
         if self.committer is None:
             self.committer = loop.create_task(self.run_commits())
         done: asyncio.Future[None] = loop.create_future()
-        self.queue.append(Write(memento_id, address, temp, final, len(content), at, uri_r,
-                                body["content_type"], body.get("scope", "document"),
-                                body.get("tool"), done))
+        self.queue.append(
+            Write(
+                memento_id,
+                address,
+                temp,
+                final,
+                len(content),
+                at,
+                uri_r,
+                body["content_type"],
+                body.get("scope", "document"),
+                body.get("tool"),
+                done,
+            )
+        )
         if self.wakeup is not None and not self.wakeup.done():
             self.wakeup.set_result(None)
         await done
-        return {"id": memento_id, "uri_r": uri_r, "uri_m": f"/memento/{memento_id}",
-                "memento_datetime": at, "content_hash": f"blake3:{address}",
-                "timegate": f"/timegate/{uri_r}", "timemap": f"/timemap/link/{uri_r}"}
+        return {
+            "id": memento_id,
+            "uri_r": uri_r,
+            "uri_m": f"/memento/{memento_id}",
+            "memento_datetime": at,
+            "content_hash": f"blake3:{address}",
+            "timegate": f"/timegate/{uri_r}",
+            "timemap": f"/timemap/link/{uri_r}",
+        }
 
 
 def _now() -> str:
@@ -205,6 +245,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 async def _answer(send: Any, status: int, document: dict[str, str]) -> None:
     body = json.dumps(document).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

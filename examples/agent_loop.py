@@ -88,14 +88,27 @@ def amber_server(data_dir: Path) -> Iterator[tuple[str, str]]:
     command = [str(amber)] if amber.is_file() else [sys.executable, "-m", "api.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AMBER_")}
     env["AMBER_DATA_DIR"] = str(data_dir)
-    key = subprocess.run([*command, "keys", "create", "--role", "agent"], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    key = (
+        subprocess.run(
+            [*command, "keys", "create", "--role", "agent"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     log_path = data_dir.parent / "amber-serve.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while not _healthy(base_url):
@@ -126,8 +139,13 @@ def make_tools(locker: EvidenceLocker, web: str) -> tuple[Callable[..., Any], Ca
     @locker.tool("search.web")
     def search_web(query: str) -> list[SearchHit]:
         # A search engine's snippet: a stale summary, never evidence of what the page says.
-        return [SearchHit(f"{web}/policies/leave.html", "Parental leave policy",
-                          "Parental leave is twenty weeks, fully paid.")]
+        return [
+            SearchHit(
+                f"{web}/policies/leave.html",
+                "Parental leave policy",
+                "Parental leave is twenty weeks, fully paid.",
+            )
+        ]
 
     return http_get, search_web
 
@@ -135,23 +153,38 @@ def make_tools(locker: EvidenceLocker, web: str) -> tuple[Callable[..., Any], Ca
 def scripted_model(page_id: str, snippet_id: str) -> list[tuple[str, Answer]]:
     """SCRIPTED model output (no LLM): three answers, each with its citations."""
     return [
-        ("a faithful answer", Answer(
-            "Employees get sixteen weeks of paid parental leave [1].",
-            [{"source_id": page_id, "quote": "sixteen weeks of paid parental leave"}])),
-        ("a hallucinated quote", Answer(
-            "Employees get twenty weeks of paid parental leave [1].",
-            [{"source_id": page_id, "quote": "twenty weeks of paid parental leave"}])),
-        ("a search snippet cited as evidence", Answer(
-            "Parental leave is twenty weeks [1].",
-            [{"source_id": snippet_id, "quote": "Parental leave is twenty weeks"}])),
+        (
+            "a faithful answer",
+            Answer(
+                "Employees get sixteen weeks of paid parental leave [1].",
+                [{"source_id": page_id, "quote": "sixteen weeks of paid parental leave"}],
+            ),
+        ),
+        (
+            "a hallucinated quote",
+            Answer(
+                "Employees get twenty weeks of paid parental leave [1].",
+                [{"source_id": page_id, "quote": "twenty weeks of paid parental leave"}],
+            ),
+        ),
+        (
+            "a search snippet cited as evidence",
+            Answer(
+                "Parental leave is twenty weeks [1].",
+                [{"source_id": snippet_id, "quote": "Parental leave is twenty weeks"}],
+            ),
+        ),
     ]
 
 
 def main() -> None:
     print("NOTE: the model in this example is SCRIPTED (fixed output, no LLM).\n")
-    with tempfile.TemporaryDirectory() as tmp, sample_website() as web, \
-            amber_server(Path(tmp) / "amber-data") as (base_url, key), \
-            AmberClient(base_url, key) as amber:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        sample_website() as web,
+        amber_server(Path(tmp) / "amber-data") as (base_url, key),
+        AmberClient(base_url, key) as amber,
+    ):
         locker = EvidenceLocker()
         http_get, search_web = make_tools(locker, web)
         transcript, run_id = "conversation-1", "run-2025-001"
@@ -168,7 +201,9 @@ def main() -> None:
                 cited = amber.cite_answer(transcript, answer, locker, run_id=run_id)
             except CitationRejected as rejected:
                 print(f"fail-closed: CitationRejected: {rejected}")
-                degraded = amber.cite_answer(transcript, answer, locker, run_id=run_id, mode="degrade")
+                degraded = amber.cite_answer(
+                    transcript, answer, locker, run_id=run_id, mode="degrade"
+                )
                 print(f"degrade mode shows instead:\n{degraded.text}\n")
                 continue
             print(cited.render_markdown())
@@ -176,12 +211,16 @@ def main() -> None:
                 print(f"URI-M:       {citation.uri_m}")
                 print(f"Robust Link: {citation.robust_link}")
                 passage = amber.fetch_memento(citation.uri_m)  # re-hashed on the way in
-                print(f"the URI-M resolves to {len(passage.content)} verified bytes containing "
-                      f"the quote: {citation.exact is not None and citation.exact in passage.text}\n")
+                print(
+                    f"the URI-M resolves to {len(passage.content)} verified bytes containing "
+                    f"the quote: {citation.exact is not None and citation.exact in passage.text}\n"
+                )
 
         stored = amber.get_transcript(transcript)
-        print(f"transcript {stored.id}: {len(stored.citations)} citation(s) stored, "
-              f"retained until {stored.retain_until:%Y-%m-%d}, run_id {stored.citations[0].run_id}")
+        print(
+            f"transcript {stored.id}: {len(stored.citations)} citation(s) stored, "
+            f"retained until {stored.retain_until:%Y-%m-%d}, run_id {stored.citations[0].run_id}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ from archive.config import Settings
 
 pytest_plugins = ["fixtures_s3"]
 
-POSTGRES_URL = os.environ.get("AMBER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "AMBER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 BASE_URL = "http://testserver"
 
 

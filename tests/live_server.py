@@ -95,7 +95,10 @@ class LiveServer:
     """One ``amber serve`` process. Create it with :func:`start_server`."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], port: int, log_path: Path,
+        self,
+        process: subprocess.Popen[bytes],
+        port: int,
+        log_path: Path,
         agent_key: str | None = None,
     ) -> None:
         self.process = process
@@ -184,13 +187,20 @@ class LiveServer:
 
 
 def create_key(
-    env: Mapping[str, str], role: str = "agent", *, cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str],
+    role: str = "agent",
+    *,
+    cwd: str | os.PathLike[str] | None = None,
     command: Sequence[str] | None = None,
 ) -> str:
     """``amber keys create --role ROLE`` with ``env``; returns the printed key."""
     done = subprocess.run(
         [*(command or amber_command()), "keys", "create", "--role", role],
-        env={**clean_environ(), **env}, cwd=cwd, capture_output=True, text=True, check=True,
+        env={**clean_environ(), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=60,
     )
     return done.stdout.strip().splitlines()[-1]

@@ -19,8 +19,11 @@ URI_R = "https://ex.org/a?b=1&c=%2F"
 def post(client: Any, **fields: Any) -> Any:
     body = {"uri_r": URI_R, "content": "hello", "content_type": "text/plain", **fields}
     # ensure_ascii keeps lone surrogates as \uXXXX escapes, as a hostile client would send them
-    return client.post("/api/v1/mementos", content=json.dumps(body).encode(),
-                       headers={"Content-Type": "application/json"})
+    return client.post(
+        "/api/v1/mementos",
+        content=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def memento_count(archive: Archive) -> int:
@@ -78,10 +81,16 @@ def test_idempotency_key_replays_first_answer(client: Any, archive: Archive) -> 
 def test_idempotency_key_reused_for_other_request_is_refused(client: Any, archive: Archive) -> None:
     headers = {"Idempotency-Key": "req-2"}
     assert post(client, content="one").status_code == 201
-    first = client.post("/api/v1/mementos", headers=headers,
-                        json={"uri_r": URI_R, "content": "two", "content_type": "text/plain"})
-    other = client.post("/api/v1/mementos", headers=headers,
-                        json={"uri_r": URI_R, "content": "three", "content_type": "text/plain"})
+    first = client.post(
+        "/api/v1/mementos",
+        headers=headers,
+        json={"uri_r": URI_R, "content": "two", "content_type": "text/plain"},
+    )
+    other = client.post(
+        "/api/v1/mementos",
+        headers=headers,
+        json={"uri_r": URI_R, "content": "three", "content_type": "text/plain"},
+    )
     assert first.status_code == 201
     assert other.status_code == 409
     assert other.json()["error"]["code"] == "idempotency_conflict"
@@ -90,16 +99,25 @@ def test_idempotency_key_reused_for_other_request_is_refused(client: Any, archiv
 
 def test_base64_content_keeps_exact_bytes(client: Any) -> None:
     raw = bytes(range(256)) * 4
-    response = post(client, content=None, content_base64=base64.b64encode(raw).decode(),
-                    content_type="application/octet-stream")
+    response = post(
+        client,
+        content=None,
+        content_base64=base64.b64encode(raw).decode(),
+        content_type="application/octet-stream",
+    )
     assert response.status_code == 201
     assert response.json()["content_hash"] == content_address(raw)
     assert client.get(response.json()["uri_m"]).content == raw
 
 
 def test_selected_capture_headers_only(client: Any) -> None:
-    response = post(client, headers={"ETag": '"abc"', "Set-Cookie": "secret=1", "Last-Modified": "x"},
-                    http_status=200, final_url="https://ex.org/final", tool="http.get")
+    response = post(
+        client,
+        headers={"ETag": '"abc"', "Set-Cookie": "secret=1", "Last-Modified": "x"},
+        http_status=200,
+        final_url="https://ex.org/final",
+        tool="http.get",
+    )
     capture = response.json()["capture"]
     assert capture["headers"] == {"etag": '"abc"', "last-modified": "x"}
     assert capture["final_url"] == "https://ex.org/final"
@@ -109,7 +127,9 @@ def test_selected_capture_headers_only(client: Any) -> None:
 
 
 def test_uri_m_serves_bytes_with_memento_headers(client: Any) -> None:
-    created = post(client, captured_at="2024-05-01T12:00:00Z", content_type="text/plain; charset=latin-1").json()
+    created = post(
+        client, captured_at="2024-05-01T12:00:00Z", content_type="text/plain; charset=latin-1"
+    ).json()
     response = client.get(created["uri_m"])
     assert response.status_code == 200
     assert response.content == b"hello"
@@ -130,7 +150,10 @@ def test_remembered_uri_m_answers_are_those_of_the_first(client: Any) -> None:
     a 304 in between must not take anything out of what is remembered."""
     created = post(client).json()
     first = client.get(created["uri_m"])
-    assert client.get(created["uri_m"], headers={"If-None-Match": first.headers["etag"]}).status_code == 304
+    assert (
+        client.get(created["uri_m"], headers={"If-None-Match": first.headers["etag"]}).status_code
+        == 304
+    )
     again = client.get(created["uri_m"])
     assert again.status_code == 200
     assert again.content == first.content
@@ -166,7 +189,9 @@ def test_tampered_blob_is_never_served_as_evidence(client: Any, archive: Archive
         # so overwriting the key does not change the evidence.
         assert isinstance(store, S3BlobStore)
         assert memento.blob_version_id is not None
-        store.client.put_object(Bucket=store.bucket, Key=store.key_for(memento.content_hash), Body=b"tampered")
+        store.client.put_object(
+            Bucket=store.bucket, Key=store.key_for(memento.content_hash), Body=b"tampered"
+        )
         response = client.get(created["uri_m"])
         assert response.status_code == 200
         assert response.content == b"hello"
@@ -174,7 +199,10 @@ def test_tampered_blob_is_never_served_as_evidence(client: Any, archive: Archive
 
 def test_metadata_route_and_unknown_ids(client: Any) -> None:
     created = post(client).json()
-    assert client.get(f"/api/v1/mementos/{created['id']}").json()["content_hash"] == created["content_hash"]
+    assert (
+        client.get(f"/api/v1/mementos/{created['id']}").json()["content_hash"]
+        == created["content_hash"]
+    )
     assert client.head(f"/api/v1/mementos/{created['id']}").status_code == 200
     unknown = "0" * 32
     assert client.get(f"/api/v1/mementos/{unknown}").status_code == 404
@@ -196,14 +224,17 @@ def framework_only(app: Any) -> Any:
     return asgi
 
 
-@pytest.mark.parametrize("method,path,headers", [
-    ("GET", None, {}),
-    ("HEAD", None, {}),
-    ("GET", None, {"If-None-Match": "*"}),
-    ("GET", "/memento/" + "0" * 32, {}),
-    ("HEAD", "/memento/not-an-id", {}),
-    ("GET", "/memento/..%5C..%5Cetc", {}),
-])
+@pytest.mark.parametrize(
+    "method,path,headers",
+    [
+        ("GET", None, {}),
+        ("HEAD", None, {}),
+        ("GET", None, {"If-None-Match": "*"}),
+        ("GET", "/memento/" + "0" * 32, {}),
+        ("HEAD", "/memento/not-an-id", {}),
+        ("GET", "/memento/..%5C..%5Cetc", {}),
+    ],
+)
 def test_uri_m_fast_path_answers_exactly_as_the_documented_route(
     client: Any, method: str, path: str | None, headers: dict[str, str]
 ) -> None:
@@ -218,7 +249,9 @@ def test_uri_m_fast_path_answers_exactly_as_the_documented_route(
     assert sorted(fast.headers.multi_items()) == sorted(slow.headers.multi_items())
 
 
-def test_uri_m_fast_path_turns_a_bug_into_a_json_500(client: Any, archive: Archive, monkeypatch: Any) -> None:
+def test_uri_m_fast_path_turns_a_bug_into_a_json_500(
+    client: Any, archive: Archive, monkeypatch: Any
+) -> None:
     created = post(client).json()
 
     def broken(address: str, version_id: str | None = None) -> bytes:
@@ -227,26 +260,43 @@ def test_uri_m_fast_path_turns_a_bug_into_a_json_500(client: Any, archive: Archi
     monkeypatch.setattr(archive, "read_blob", broken)
     response = client.get(created["uri_m"])
     assert response.status_code == 500
-    assert response.json() == {"error": {"code": "internal_error", "message": "internal error", "detail": {}}}
+    assert response.json() == {
+        "error": {"code": "internal_error", "message": "internal error", "detail": {}}
+    }
 
 
 WRITE = {"uri_r": URI_R, "content": "hello", "content_type": "text/plain"}
 
 
-@pytest.mark.parametrize("body,headers", [
-    (b'{"uri_r": ', {"Content-Type": "application/json"}),
-    (b'{"uri_r": "\xff"}', {"Content-Type": "application/json"}),
-    (b"[" * 100_000, {"Content-Type": "application/json"}),
-    (b"", {"Content-Type": "application/json"}),
-    (b"[1, 2]", {"Content-Type": "application/json"}),
-    (json.dumps({**WRITE, "scope": "page"}).encode(), {"Content-Type": "application/json"}),
-    (json.dumps({**WRITE, "content": None}).encode(), {"Content-Type": "application/json"}),
-    (json.dumps(WRITE).encode(), {"Content-Type": "text/plain"}),
-    (json.dumps(WRITE).encode(), {"Content-Type": "application/json", "Idempotency-Key": "a" * 300}),
-    (json.dumps(WRITE).encode(), {"Content-Type": "application/json", "Idempotency-Key": "with space"}),
-    (json.dumps({**WRITE, "content_type": "not a type"}).encode(), {"Content-Type": "application/json"}),
-    (json.dumps({**WRITE, "tool": "http\x00get"}).encode(), {"Content-Type": "application/json"}),
-])
+@pytest.mark.parametrize(
+    "body,headers",
+    [
+        (b'{"uri_r": ', {"Content-Type": "application/json"}),
+        (b'{"uri_r": "\xff"}', {"Content-Type": "application/json"}),
+        (b"[" * 100_000, {"Content-Type": "application/json"}),
+        (b"", {"Content-Type": "application/json"}),
+        (b"[1, 2]", {"Content-Type": "application/json"}),
+        (json.dumps({**WRITE, "scope": "page"}).encode(), {"Content-Type": "application/json"}),
+        (json.dumps({**WRITE, "content": None}).encode(), {"Content-Type": "application/json"}),
+        (json.dumps(WRITE).encode(), {"Content-Type": "text/plain"}),
+        (
+            json.dumps(WRITE).encode(),
+            {"Content-Type": "application/json", "Idempotency-Key": "a" * 300},
+        ),
+        (
+            json.dumps(WRITE).encode(),
+            {"Content-Type": "application/json", "Idempotency-Key": "with space"},
+        ),
+        (
+            json.dumps({**WRITE, "content_type": "not a type"}).encode(),
+            {"Content-Type": "application/json"},
+        ),
+        (
+            json.dumps({**WRITE, "tool": "http\x00get"}).encode(),
+            {"Content-Type": "application/json"},
+        ),
+    ],
+)
 def test_write_fast_path_refuses_exactly_as_the_documented_route(
     client: Any, archive: Archive, body: bytes, headers: dict[str, str]
 ) -> None:
@@ -265,18 +315,33 @@ def test_write_fast_path_refuses_exactly_as_the_documented_route(
 def test_written_memento_answers_as_its_metadata_and_the_documented_route(client: Any) -> None:
     from fastapi.testclient import TestClient
 
-    fast = post(client, captured_at="2024-05-01T12:00:00Z", tool="http.get", final_url=URI_R,
-                http_status=200, headers={"ETag": '"v1"'})
+    fast = post(
+        client,
+        captured_at="2024-05-01T12:00:00Z",
+        tool="http.get",
+        final_url=URI_R,
+        http_status=200,
+        headers={"ETag": '"v1"'},
+    )
     assert fast.status_code == 201
     with TestClient(framework_only(client.app)) as documented:
-        again = documented.post("/api/v1/mementos", json={
-            **WRITE, "captured_at": "2024-05-01T12:00:00Z", "tool": "http.get",
-            "final_url": URI_R, "http_status": 200, "headers": {"ETag": '"v1"'}})
+        again = documented.post(
+            "/api/v1/mementos",
+            json={
+                **WRITE,
+                "captured_at": "2024-05-01T12:00:00Z",
+                "tool": "http.get",
+                "final_url": URI_R,
+                "http_status": 200,
+                "headers": {"ETag": '"v1"'},
+            },
+        )
     assert again.status_code == 200  # the same capture, through FastAPI's own route
     stored = client.get(f"/api/v1/mementos/{fast.json()['id']}").json()
     assert fast.json() == stored
     assert {k: v for k, v in again.json().items() if k != "archived_at"} == {
-        k: v for k, v in stored.items() if k != "archived_at"}
+        k: v for k, v in stored.items() if k != "archived_at"
+    }
 
 
 def test_a_tool_name_with_control_characters_is_refused(client: Any, archive: Archive) -> None:
@@ -313,7 +378,9 @@ def gate(client: Any, uri_r: str = URI_R, accept: str | None = None) -> Any:
         ("Fri, 01 Jan 2049 00:00:00 GMT", 2),  # after the last → last
     ],
 )
-def test_timegate_chooses_nearest(client: Any, three: list[dict[str, Any]], accept: str | None, expected: int) -> None:
+def test_timegate_chooses_nearest(
+    client: Any, three: list[dict[str, Any]], accept: str | None, expected: int
+) -> None:
     response = gate(client, accept=accept)
     assert response.status_code == 302
     assert response.headers["location"] == three[expected]["uri_m"]
@@ -324,9 +391,15 @@ def test_timegate_link_header_names_neighbours(client: Any, three: list[dict[str
     link = gate(client, accept="Fri, 01 Mar 2024 00:00:00 GMT").headers["link"]
     assert f'<{URI_R}>; rel="original"' in link
     assert 'rel="timemap"; type="application/link-format"' in link
-    assert f'<{three[0]["uri_m"]}>; rel="first prev memento"; datetime="Mon, 01 Jan 2024 00:00:00 GMT"' in link
+    assert (
+        f'<{three[0]["uri_m"]}>; rel="first prev memento"; datetime="Mon, 01 Jan 2024 00:00:00 GMT"'
+        in link
+    )
     assert f'<{three[1]["uri_m"]}>; rel="memento"; datetime="Fri, 01 Mar 2024 00:00:00 GMT"' in link
-    assert f'<{three[2]["uri_m"]}>; rel="next last memento"; datetime="Wed, 01 May 2024 00:00:00 GMT"' in link
+    assert (
+        f'<{three[2]["uri_m"]}>; rel="next last memento"; datetime="Wed, 01 May 2024 00:00:00 GMT"'
+        in link
+    )
 
 
 def test_timegate_equivalent_spelling_and_head(client: Any, three: list[dict[str, Any]]) -> None:
@@ -353,7 +426,9 @@ def test_timegate_prefers_document_over_passage_at_same_datetime(client: Any) ->
         "garbage",
     ],
 )
-def test_timegate_refuses_malformed_accept_datetime(client: Any, three: list[dict[str, Any]], accept: str) -> None:
+def test_timegate_refuses_malformed_accept_datetime(
+    client: Any, three: list[dict[str, Any]], accept: str
+) -> None:
     response = gate(client, accept=accept)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_datetime"
@@ -378,9 +453,18 @@ def test_timemap_link_format(client: Any, three: list[dict[str, Any]]) -> None:
     assert 'rel="self"; type="application/link-format"' in lines[1]
     assert 'from="Mon, 01 Jan 2024 00:00:00 GMT"; until="Wed, 01 May 2024 00:00:00 GMT"' in lines[1]
     assert lines[2] == f'<http://testserver/timegate/{URI_R}>; rel="timegate"'
-    assert lines[3] == f'<{three[0]["uri_m"]}>; rel="first memento"; datetime="Mon, 01 Jan 2024 00:00:00 GMT"'
-    assert lines[4] == f'<{three[1]["uri_m"]}>; rel="memento"; datetime="Fri, 01 Mar 2024 00:00:00 GMT"'
-    assert lines[5] == f'<{three[2]["uri_m"]}>; rel="last memento"; datetime="Wed, 01 May 2024 00:00:00 GMT"'
+    assert (
+        lines[3]
+        == f'<{three[0]["uri_m"]}>; rel="first memento"; datetime="Mon, 01 Jan 2024 00:00:00 GMT"'
+    )
+    assert (
+        lines[4]
+        == f'<{three[1]["uri_m"]}>; rel="memento"; datetime="Fri, 01 Mar 2024 00:00:00 GMT"'
+    )
+    assert (
+        lines[5]
+        == f'<{three[2]["uri_m"]}>; rel="last memento"; datetime="Wed, 01 May 2024 00:00:00 GMT"'
+    )
     assert client.head(f"/timemap/link/{URI_R}").status_code == 200
 
 
@@ -389,7 +473,10 @@ def test_timemap_json_mementoweb_shape(client: Any, three: list[dict[str, Any]])
     assert body["original_uri"] == URI_R
     assert body["timegate_uri"] == f"http://testserver/timegate/{URI_R}"
     assert body["timemap_uri"]["link_format"] == f"http://testserver/timemap/link/{URI_R}"
-    assert body["mementos"]["first"] == {"datetime": "Mon, 01 Jan 2024 00:00:00 GMT", "uri": three[0]["uri_m"]}
+    assert body["mementos"]["first"] == {
+        "datetime": "Mon, 01 Jan 2024 00:00:00 GMT",
+        "uri": three[0]["uri_m"],
+    }
     assert body["mementos"]["last"]["uri"] == three[2]["uri_m"]
     assert [m["uri"] for m in body["mementos"]["list"]] == [t["uri_m"] for t in three]
     assert all(m["scope"] == "document" for m in body["mementos"]["list"])
@@ -404,7 +491,10 @@ def test_timemap_pages_live_in_the_path(settings: Any, tmp_path: Any) -> None:
     opened = Archive.open(small)
     try:
         with TestClient(create_app(small, archive=opened, auth=False)) as paged:
-            made = [post(paged, content=f"p{i}", captured_at=f"2024-0{i + 1}-01T00:00:00Z").json() for i in range(5)]
+            made = [
+                post(paged, content=f"p{i}", captured_at=f"2024-0{i + 1}-01T00:00:00Z").json()
+                for i in range(5)
+            ]
             first = paged.get(f"/timemap/json/{URI_R}").json()
             assert first["pages"]["total_pages"] == 3
             assert [m["uri"] for m in first["mementos"]["list"]] == [m["uri_m"] for m in made[:2]]
@@ -467,21 +557,30 @@ def test_bad_input_is_a_precise_4xx_and_stores_nothing(
 
 
 @pytest.mark.parametrize("labels", [{"run": "\ud800"}, {"\ud800": "run"}])
-def test_lone_surrogates_in_transcript_labels_are_refused(client: Any, labels: dict[str, str]) -> None:
+def test_lone_surrogates_in_transcript_labels_are_refused(
+    client: Any, labels: dict[str, str]
+) -> None:
     """Pydantic refuses lone surrogates in plain string fields, not in maps: a label one was
     stored, then every read of the transcript failed to encode its answer (500)."""
     body = json.dumps({"retention": "P1D", "labels": labels}).encode()
-    response = client.put("/api/v1/transcripts/t-labels", content=body,
-                          headers={"Content-Type": "application/json"})
+    response = client.put(
+        "/api/v1/transcripts/t-labels", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 422, response.text
     assert client.get("/api/v1/transcripts/t-labels").status_code == 404
 
 
 def test_malformed_json_and_wrong_types(client: Any, archive: Archive) -> None:
-    bad = client.post("/api/v1/mementos", content=b'{"uri_r": ', headers={"Content-Type": "application/json"})
+    bad = client.post(
+        "/api/v1/mementos", content=b'{"uri_r": ', headers={"Content-Type": "application/json"}
+    )
     assert bad.status_code == 400
     assert bad.json()["error"]["code"] == "malformed_json"
-    not_utf8 = client.post("/api/v1/mementos", content=b'{"uri_r": "\xff"}', headers={"Content-Type": "application/json"})
+    not_utf8 = client.post(
+        "/api/v1/mementos",
+        content=b'{"uri_r": "\xff"}',
+        headers={"Content-Type": "application/json"},
+    )
     assert 400 <= not_utf8.status_code < 500
     listed = client.post("/api/v1/mementos", json=[1, 2])
     assert listed.status_code == 422
@@ -507,7 +606,9 @@ def test_body_over_limit_is_413(settings: Any) -> None:
                     yield b"x" * 512
                 yield b'"}'
 
-            streamed = limited.post("/api/v1/mementos", content=chunks(), headers={"Content-Type": "application/json"})
+            streamed = limited.post(
+                "/api/v1/mementos", content=chunks(), headers={"Content-Type": "application/json"}
+            )
             assert streamed.status_code == 413
             assert len(opened.index.all_memento_blobs()) == 0
     finally:
@@ -515,8 +616,11 @@ def test_body_over_limit_is_413(settings: Any) -> None:
 
 
 def test_bad_idempotency_key(client: Any, archive: Archive) -> None:
-    response = client.post("/api/v1/mementos", headers={"Idempotency-Key": "a" * 300},
-                           json={"uri_r": URI_R, "content": "x", "content_type": "text/plain"})
+    response = client.post(
+        "/api/v1/mementos",
+        headers={"Idempotency-Key": "a" * 300},
+        json={"uri_r": URI_R, "content": "x", "content_type": "text/plain"},
+    )
     assert 400 <= response.status_code < 500
     assert memento_count(archive) == 0
 
@@ -529,8 +633,15 @@ def test_kb_scheme_is_allowed_other_internal_not(client: Any) -> None:
 def test_openapi_documents_every_route(client: Any) -> None:
     spec = client.get("/openapi.json").json()
     paths = spec["paths"]
-    for path in ["/api/v1/mementos", "/api/v1/mementos/{memento_id}", "/memento/{memento_id}",
-                 "/timegate/{uri_r}", "/timemap/link/{uri_r}", "/timemap/json/{uri_r}", "/healthz"]:
+    for path in [
+        "/api/v1/mementos",
+        "/api/v1/mementos/{memento_id}",
+        "/memento/{memento_id}",
+        "/timegate/{uri_r}",
+        "/timemap/link/{uri_r}",
+        "/timemap/json/{uri_r}",
+        "/healthz",
+    ]:
         assert path in paths, path
     timegate_params = paths["/timegate/{uri_r}"]["get"]["parameters"]
     assert any("raw" in (p.get("description") or "") for p in timegate_params)
@@ -545,4 +656,6 @@ def test_rfc1123_in_link_matches_memento_datetime(client: Any, three: list[dict[
 
     for made in three:
         response = client.get(made["uri_m"])
-        assert response.headers["memento-datetime"] == to_rfc1123(parse_rfc3339(made["memento_datetime"]))
+        assert response.headers["memento-datetime"] == to_rfc1123(
+            parse_rfc3339(made["memento_datetime"])
+        )

@@ -37,13 +37,20 @@ def world(settings: Settings, archive: Archive) -> Iterator[World]:
     with TestClient(app) as client:
         made = client.post(
             "/api/v1/mementos",
-            json={"uri_r": URI_R, "content": "evidence", "content_type": "text/plain",
-                  "captured_at": "2024-05-01T12:00:00Z"},
+            json={
+                "uri_r": URI_R,
+                "content": "evidence",
+                "content_type": "text/plain",
+                "captured_at": "2024-05-01T12:00:00Z",
+            },
             headers={"Authorization": f"Bearer {keys[('default', Role.AGENT)]}"},
         )
         assert made.status_code == 201
-        opened = client.put("/api/v1/transcripts/t-auth", json={},
-                            headers={"Authorization": f"Bearer {keys[('default', Role.AGENT)]}"})
+        opened = client.put(
+            "/api/v1/transcripts/t-auth",
+            json={},
+            headers={"Authorization": f"Bearer {keys[('default', Role.AGENT)]}"},
+        )
         assert opened.status_code == 201
         yield World(client, archive, keys, made.json())
 
@@ -76,35 +83,111 @@ CASES = [
     RouteCase("HEAD", "/timemap/link/{uri_r:path}", f"/timemap/link/{URI_R}", READERS, 200, 404),
     RouteCase("GET", "/timemap/json/{uri_r:path}", f"/timemap/json/{URI_R}", READERS, 200, 404),
     RouteCase("HEAD", "/timemap/json/{uri_r:path}", f"/timemap/json/{URI_R}", READERS, 200, 404),
-    RouteCase("PUT", "/api/v1/transcripts/{transcript_id}", "/api/v1/transcripts/t-auth", AGENT, 200, 201, {}),
-    RouteCase("GET", "/api/v1/transcripts/{transcript_id}", "/api/v1/transcripts/t-auth", READERS, 200, 404),
-    RouteCase("POST", "/api/v1/transcripts/{transcript_id}/citations", "/api/v1/transcripts/t-auth/citations",
-              AGENT, 201, 404, {"citations": [{"quote": {"exact": "evidence"}, "source": {
-                  "uri_r": "https://ex.org/e", "content": "the evidence", "content_type": "text/plain",
-                  "tool": "http.get"}}]}),
+    RouteCase(
+        "PUT",
+        "/api/v1/transcripts/{transcript_id}",
+        "/api/v1/transcripts/t-auth",
+        AGENT,
+        200,
+        201,
+        {},
+    ),
+    RouteCase(
+        "GET",
+        "/api/v1/transcripts/{transcript_id}",
+        "/api/v1/transcripts/t-auth",
+        READERS,
+        200,
+        404,
+    ),
+    RouteCase(
+        "POST",
+        "/api/v1/transcripts/{transcript_id}/citations",
+        "/api/v1/transcripts/t-auth/citations",
+        AGENT,
+        201,
+        404,
+        {
+            "citations": [
+                {
+                    "quote": {"exact": "evidence"},
+                    "source": {
+                        "uri_r": "https://ex.org/e",
+                        "content": "the evidence",
+                        "content_type": "text/plain",
+                        "tool": "http.get",
+                    },
+                }
+            ]
+        },
+    ),
     RouteCase("POST", "/api/v1/keys", "/api/v1/keys", ADMIN, 201, 201, {"role": "auditor"}),
-    RouteCase("PUT", "/api/v1/transcripts/{transcript_id}/legal-hold", "/api/v1/transcripts/t-auth/legal-hold",
-              ADMIN, 200, 404, {"on": True, "reason": "litigation"}),
-    RouteCase("PUT", "/api/v1/mementos/{memento_id}/legal-hold", "/api/v1/mementos/{id}/legal-hold",
-              ADMIN, 200, 404, {"on": True, "reason": "litigation"}),
-    RouteCase("PUT", "/api/v1/transcripts/{transcript_id}/retention", "/api/v1/transcripts/t-auth/retention",
-              ADMIN, 200, 404, {"retention": "P8Y", "reason": "audit request"}),
-    RouteCase("POST", "/api/v1/mementos/{memento_id}/erase", "/api/v1/mementos/{id}/erase",
-              ADMIN, 200, 404, {"reason": "court order"}),
+    RouteCase(
+        "PUT",
+        "/api/v1/transcripts/{transcript_id}/legal-hold",
+        "/api/v1/transcripts/t-auth/legal-hold",
+        ADMIN,
+        200,
+        404,
+        {"on": True, "reason": "litigation"},
+    ),
+    RouteCase(
+        "PUT",
+        "/api/v1/mementos/{memento_id}/legal-hold",
+        "/api/v1/mementos/{id}/legal-hold",
+        ADMIN,
+        200,
+        404,
+        {"on": True, "reason": "litigation"},
+    ),
+    RouteCase(
+        "PUT",
+        "/api/v1/transcripts/{transcript_id}/retention",
+        "/api/v1/transcripts/t-auth/retention",
+        ADMIN,
+        200,
+        404,
+        {"retention": "P8Y", "reason": "audit request"},
+    ),
+    RouteCase(
+        "POST",
+        "/api/v1/mementos/{memento_id}/erase",
+        "/api/v1/mementos/{id}/erase",
+        ADMIN,
+        200,
+        404,
+        {"reason": "court order"},
+    ),
     RouteCase("GET", "/api/v1/admin/log", "/api/v1/admin/log", ADMIN, 200, 200),
     RouteCase("GET", "/api/v1/keys", "/api/v1/keys", ADMIN, 200, 200),
     RouteCase("DELETE", "/api/v1/keys/{key_id}", "/api/v1/keys/{key_id}", ADMIN, 200, 404),
     RouteCase("GET", "/api/v1/audit/reads", "/api/v1/audit/reads", ADMIN, 200, 200),
     RouteCase("GET", "/metrics", "/metrics", ADMIN, 200, 200),
-    RouteCase("GET", "/api/v1/citations/{citation_id}/drift", "/api/v1/citations/" + "0" * 32 + "/drift",
-              READERS, 404, 404),
+    RouteCase(
+        "GET",
+        "/api/v1/citations/{citation_id}/drift",
+        "/api/v1/citations/" + "0" * 32 + "/drift",
+        READERS,
+        404,
+        404,
+    ),
     RouteCase("GET", "/api/v1/drift/sources", "/api/v1/drift/sources", READERS, 200, 200),
-    RouteCase("GET", "/api/v1/transcripts", "/api/v1/transcripts?needs_review=true", READERS, 200, 200),
-    RouteCase("POST", "/api/v1/transcripts/{transcript_id}/review", "/api/v1/transcripts/t-auth/review",
-              frozenset({Role.AUDITOR, Role.ADMIN}), 200, 404, {"note": "checked the live source"}),
+    RouteCase(
+        "GET", "/api/v1/transcripts", "/api/v1/transcripts?needs_review=true", READERS, 200, 200
+    ),
+    RouteCase(
+        "POST",
+        "/api/v1/transcripts/{transcript_id}/review",
+        "/api/v1/transcripts/t-auth/review",
+        frozenset({Role.AUDITOR, Role.ADMIN}),
+        200,
+        404,
+        {"note": "checked the live source"},
+    ),
 ]
 PUBLIC = {("GET", "/healthz")} | {
-    (method, path) for method in ("GET", "HEAD")
+    (method, path)
+    for method in ("GET", "HEAD")
     for path in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 }
 
@@ -126,7 +209,9 @@ def test_matrix_covers_every_route(world: World) -> None:
 def _send(world: World, case: RouteCase, headers: dict[str, str]) -> Any:
     victim = world.archive.keys.create("default", Role.AGENT, name="victim").info.key_id
     path = case.path.format(id=world.memento["id"], key_id=victim)
-    return world.client.request(case.method, path, json=case.body, headers=headers, follow_redirects=False)
+    return world.client.request(
+        case.method, path, json=case.body, headers=headers, follow_redirects=False
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.method} {c.path}")
@@ -144,11 +229,19 @@ def test_role_route_tenant_matrix(world: World, case: RouteCase, role: Role, ten
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.method} {c.path}")
 @pytest.mark.parametrize(
     "authorization",
-    [None, "Bearer", "Basic dXNlcjpwdw==", "Bearer not-a-key", "Bearer amber_000000000000_" + "A" * 43,
-     "Bearer " + "x" * 10_000],
+    [
+        None,
+        "Bearer",
+        "Basic dXNlcjpwdw==",
+        "Bearer not-a-key",
+        "Bearer amber_000000000000_" + "A" * 43,
+        "Bearer " + "x" * 10_000,
+    ],
     ids=["missing", "empty", "basic", "garbage", "unknown", "huge"],
 )
-def test_no_valid_key_is_401_everywhere(world: World, case: RouteCase, authorization: str | None) -> None:
+def test_no_valid_key_is_401_everywhere(
+    world: World, case: RouteCase, authorization: str | None
+) -> None:
     headers = {"Authorization": authorization} if authorization is not None else {}
     response = _send(world, case, headers)
     assert response.status_code == 401
@@ -162,13 +255,19 @@ def test_other_tenant_sees_the_same_404_as_nonexistent(world: World) -> None:
     assert hidden.status_code == absent.status_code == 404
     assert hidden.json() == absent.json()
     gate_hidden = world.client.get(f"/timegate/{URI_R}", headers=other, follow_redirects=False)
-    gate_absent = world.client.get("/timegate/https://nowhere.example/", headers=other, follow_redirects=False)
+    gate_absent = world.client.get(
+        "/timegate/https://nowhere.example/", headers=other, follow_redirects=False
+    )
     assert gate_hidden.json() == gate_absent.json()
 
 
 def test_repeated_write_is_201_in_another_tenant(world: World) -> None:
-    body = {"uri_r": URI_R, "content": "evidence", "content_type": "text/plain",
-            "captured_at": "2024-05-01T12:00:00Z"}
+    body = {
+        "uri_r": URI_R,
+        "content": "evidence",
+        "content_type": "text/plain",
+        "captured_at": "2024-05-01T12:00:00Z",
+    }
     own = world.client.post("/api/v1/mementos", json=body, headers=world.as_("default", Role.AGENT))
     other = world.client.post("/api/v1/mementos", json=body, headers=world.as_("other", Role.AGENT))
     assert own.status_code == 200  # the same capture, same tenant
@@ -191,7 +290,9 @@ def test_revoked_key_stops_at_once(world: World) -> None:
     issued = world.archive.keys.create("default", Role.AUDITOR)
     headers = {"Authorization": f"Bearer {issued.key}"}
     assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 200
-    revoked = world.client.delete(f"/api/v1/keys/{issued.info.key_id}", headers=world.as_("default", Role.ADMIN))
+    revoked = world.client.delete(
+        f"/api/v1/keys/{issued.info.key_id}", headers=world.as_("default", Role.ADMIN)
+    )
     assert revoked.json()["revoked_at"] is not None
     assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 401
 
@@ -203,7 +304,9 @@ def test_key_revoked_by_another_process_stops_at_once(world: World, settings: Se
     issued = world.archive.keys.create("default", Role.AUDITOR)
     headers = {"Authorization": f"Bearer {issued.key}"}
     for _ in range(3):  # verified, then served from what the server remembers
-        assert world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 200
+        assert (
+            world.client.get(f"/memento/{world.memento['id']}", headers=headers).status_code == 200
+        )
     elsewhere = Archive.open(settings)
     try:
         elsewhere.keys.revoke(issued.info.key_id)
@@ -214,13 +317,17 @@ def test_key_revoked_by_another_process_stops_at_once(world: World, settings: Se
 
 def test_created_key_works_and_listing_hides_secrets(world: World) -> None:
     admin = world.as_("default", Role.ADMIN)
-    created = world.client.post("/api/v1/keys", json={"role": "agent", "name": "bot"}, headers=admin).json()
+    created = world.client.post(
+        "/api/v1/keys", json={"role": "agent", "name": "bot"}, headers=admin
+    ).json()
     assert created["key"].startswith("amber_" + created["key_id"])
     listed = world.client.get("/api/v1/keys", headers=admin).json()
     assert created["key_id"] in {k["key_id"] for k in listed}
     assert all("key" not in k and "key_hmac" not in k for k in listed)
     assert all(k["tenant"] == "default" for k in listed)
-    use = world.client.get(f"/memento/{world.memento['id']}", headers={"Authorization": f"Bearer {created['key']}"})
+    use = world.client.get(
+        f"/memento/{world.memento['id']}", headers={"Authorization": f"Bearer {created['key']}"}
+    )
     assert use.status_code == 200
 
 
@@ -237,11 +344,15 @@ def test_auditor_reads_are_audited_and_log_is_append_only(world: World) -> None:
     world.client.get(f"/memento/{world.memento['id']}", headers=auditor)
     world.client.get(f"/api/v1/mementos/{world.memento['id']}", headers=auditor)
     world.client.get(f"/memento/{world.memento['id']}", headers=world.as_("default", Role.AGENT))
-    records = world.client.get("/api/v1/audit/reads", headers=world.as_("default", Role.ADMIN)).json()
+    records = world.client.get(
+        "/api/v1/audit/reads", headers=world.as_("default", Role.ADMIN)
+    ).json()
     auditor_id = world.keys[("default", Role.AUDITOR)].split("_")[1]
     mine = [r for r in records if r["key_id"] == auditor_id]
     assert [(r["action"], r["target"]) for r in mine] == [
-        ("memento.content", world.memento["id"]), ("memento.metadata", world.memento["id"])]
+        ("memento.content", world.memento["id"]),
+        ("memento.metadata", world.memento["id"]),
+    ]
     agent_id = world.keys[("default", Role.AGENT)].split("_")[1]
     assert not [r for r in records if r["key_id"] == agent_id]
     other_admin = world.as_("other", Role.ADMIN)
@@ -267,7 +378,10 @@ def test_rate_limit_answers_429_with_retry_after(settings: Settings, archive: Ar
     limited = settings.with_overrides(rate_limit_per_second=1, rate_limit_burst=3)
     with TestClient(create_app(limited, archive=archive, auth=True)) as client:
         headers = {"Authorization": f"Bearer {key}"}
-        statuses = [client.get("/timemap/json/https://x.example/", headers=headers).status_code for _ in range(5)]
+        statuses = [
+            client.get("/timemap/json/https://x.example/", headers=headers).status_code
+            for _ in range(5)
+        ]
         assert statuses[:3] == [404, 404, 404]
         assert statuses[3] == 429
         last = client.get("/timemap/json/https://x.example/", headers=headers)

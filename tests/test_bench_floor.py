@@ -31,9 +31,16 @@ def benchmark_module(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _writes(count: int) -> list[dict[str, str]]:
-    return [{"uri_r": f"https://floor.example/doc/{i % 3}?v=1", "content": f"passage {i} " * 50,
-             "content_type": "text/plain", "scope": "passage", "tool": "test"}
-            for i in range(count)]
+    return [
+        {
+            "uri_r": f"https://floor.example/doc/{i % 3}?v=1",
+            "content": f"passage {i} " * 50,
+            "content_type": "text/plain",
+            "scope": "passage",
+            "tool": "test",
+        }
+        for i in range(count)
+    ]
 
 
 async def _write_all(floor: Any, bodies: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -63,7 +70,9 @@ def test_the_floor_stores_every_write_in_ambers_schema(
         assert answer["content_hash"] == f"blake3:{address}"
         assert stored[answer["id"]] == address
         if blobs == "files":
-            assert (tmp_path / "blobs" / address[:2] / address).read_bytes() == body["content"].encode()
+            assert (tmp_path / "blobs" / address[:2] / address).read_bytes() == body[
+                "content"
+            ].encode()
     if blobs == "files":
         assert not list((tmp_path / "blobs").glob("*/*.tmp"))  # every temp file was published
     else:
@@ -75,9 +84,22 @@ def test_the_verdict_compares_the_floors_cpu_with_the_budget(benchmark_module: A
     phase = bench_floor.PhaseResult
 
     def result(target: str, rps: float, server: float, load: float, other: float) -> Any:
-        return phase(mode="round-1", target=target, kind="write", requests=1, errors=0,
-                     seconds=1.0, rps=rps, p50_ms=1.0, p99_ms=1.0, mean_ms=1.0, max_ms=1.0,
-                     server_cpu=server, load_cpu=load, other_cpu=other)
+        return phase(
+            mode="round-1",
+            target=target,
+            kind="write",
+            requests=1,
+            errors=0,
+            seconds=1.0,
+            rps=rps,
+            p50_ms=1.0,
+            p99_ms=1.0,
+            mean_ms=1.0,
+            max_ms=1.0,
+            server_cpu=server,
+            load_cpu=load,
+            other_cpu=other,
+        )
 
     phases = {
         "baseline": result("baseline", 10_000, 1.0, 0.5, 0.0),

@@ -159,7 +159,12 @@ def test_concurrent_puts_of_the_same_bytes(blob_store: Any) -> None:
 
 def test_stage_many_then_publish_stores_each_in_order(blob_store: Any) -> None:
     before = blob_store.put(b"stored earlier")
-    batch = [b"first of the batch", b"stored earlier", b"second of the batch", b"first of the batch"]
+    batch = [
+        b"first of the batch",
+        b"stored earlier",
+        b"second of the batch",
+        b"first of the batch",
+    ]
     staged = blob_store.stage_many(batch)
     blob_store.publish(staged)
     stored = [one.blob for one in staged]
@@ -258,7 +263,9 @@ def test_local_publish_failure_leaves_nothing_half_done(tmp_path: Path, monkeypa
     assert not store.exists(content_address(b"never tried"))
 
 
-def test_local_bytes_discarded_by_a_failed_publish_are_never_published_later(tmp_path: Path) -> None:
+def test_local_bytes_discarded_by_a_failed_publish_are_never_published_later(
+    tmp_path: Path,
+) -> None:
     """The group commit retries each request of a failed batch alone: a retried publish of
     discarded bytes must fail, not let rows point at a blob that was never stored."""
     from archive.exceptions import StorageError
@@ -433,8 +440,14 @@ def test_open_blob_store_from_settings_moto(
 
 @pytest.mark.parametrize(
     ("sse", "kms_key", "expected"),
-    [("AES256", None, {"ServerSideEncryption": "AES256"}),
-     ("aws:kms", "alias/amber", {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/amber"})],
+    [
+        ("AES256", None, {"ServerSideEncryption": "AES256"}),
+        (
+            "aws:kms",
+            "alias/amber",
+            {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/amber"},
+        ),
+    ],
 )
 def test_server_side_encryption_on_every_put(
     moto_bucket: Any, sse: str, kms_key: str | None, expected: dict[str, str]
@@ -451,5 +464,7 @@ def test_server_side_encryption_on_every_put(
     store = moto_bucket.store(encryption=params)
     stored = store.put(b"encrypted at rest")
     assert all(call.get("ServerSideEncryption") == sse for call in sent) and sent
-    head = moto_bucket.client.head_object(Bucket=moto_bucket.name, Key=store.key_for(stored.address))
+    head = moto_bucket.client.head_object(
+        Bucket=moto_bucket.name, Key=store.key_for(stored.address)
+    )
     assert head["ServerSideEncryption"] == sse

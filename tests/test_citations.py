@@ -25,14 +25,21 @@ URI_R = "https://hr.example/policies/leave?v=3"
 
 
 def source(**overrides: Any) -> dict[str, Any]:
-    return {"uri_r": URI_R, "content": PAGE, "content_type": "text/html; charset=utf-8",
-            "captured_at": "2025-03-01T10:00:00Z", "tool": "http.get", "http_status": 200,
-            **overrides}
+    return {
+        "uri_r": URI_R,
+        "content": PAGE,
+        "content_type": "text/html; charset=utf-8",
+        "captured_at": "2025-03-01T10:00:00Z",
+        "tool": "http.get",
+        "http_status": 200,
+        **overrides,
+    }
 
 
 def cite(client: Any, *citations: dict[str, Any], transcript: str = "t-1", **body: Any) -> Any:
-    return client.post(f"/api/v1/transcripts/{transcript}/citations",
-                       json={"citations": list(citations), **body})
+    return client.post(
+        f"/api/v1/transcripts/{transcript}/citations", json={"citations": list(citations), **body}
+    )
 
 
 def counts(archive: Archive) -> tuple[int, int]:
@@ -45,14 +52,25 @@ def counts(archive: Archive) -> tuple[int, int]:
 
 @pytest.fixture()
 def transcript(client: Any) -> str:
-    response = client.put("/api/v1/transcripts/t-1", json={"retention": "P7Y", "labels": {"run": "r1"}})
+    response = client.put(
+        "/api/v1/transcripts/t-1", json={"retention": "P7Y", "labels": {"run": "r1"}}
+    )
     assert response.status_code == 201, response.text
     return "t-1"
 
 
-def test_cite_inline_source_stores_passage_not_document(client: Any, archive: Archive, transcript: str) -> None:
-    response = cite(client, {"source": source(), "source_id": "ev-1",
-                             "quote": {"exact": "sixteen weeks of paid parental leave"}}, run_id="run-9")
+def test_cite_inline_source_stores_passage_not_document(
+    client: Any, archive: Archive, transcript: str
+) -> None:
+    response = cite(
+        client,
+        {
+            "source": source(),
+            "source_id": "ev-1",
+            "quote": {"exact": "sixteen weeks of paid parental leave"},
+        },
+        run_id="run-9",
+    )
     assert response.status_code == 201, response.text
     [made] = response.json()["citations"]
     assert made["document_hash"] == content_address(PAGE.encode())
@@ -78,12 +96,16 @@ def test_cite_inline_source_stores_passage_not_document(client: Any, archive: Ar
     assert [m["scope"] for m in timemap["mementos"]["list"]] == ["passage"]
 
 
-def test_the_same_bytes_under_another_charset_are_matched_on_their_own_text(client: Any, transcript: str) -> None:
+def test_the_same_bytes_under_another_charset_are_matched_on_their_own_text(
+    client: Any, transcript: str
+) -> None:
     """The prepared text of a document was cached by its bytes alone: cited once as UTF-8,
     the same bytes declared ISO-8859-1 were searched in the UTF-8 text (and the other way
     round, selectors pointed into the wrong text)."""
     raw = base64.b64encode("caf\u00e9 au lait and more text".encode()).decode()
-    as_latin1 = source(content=None, content_base64=raw, content_type="text/plain; charset=iso-8859-1")
+    as_latin1 = source(
+        content=None, content_base64=raw, content_type="text/plain; charset=iso-8859-1"
+    )
     first = cite(client, {"source": as_latin1, "quote": {"exact": "caf\u00c3\u00a9 au lait"}})
     assert first.status_code == 201, first.text
     as_utf8 = source(content=None, content_base64=raw, content_type="text/plain; charset=utf-8")
@@ -94,8 +116,13 @@ def test_the_same_bytes_under_another_charset_are_matched_on_their_own_text(clie
 
 
 def test_text_fragment_link_for_an_upper_case_scheme(client: Any, transcript: str) -> None:
-    made = cite(client, {"source": source(uri_r="HTTPS://hr.example/policies/leave"),
-                         "quote": {"exact": "sixteen weeks of paid parental leave"}})
+    made = cite(
+        client,
+        {
+            "source": source(uri_r="HTTPS://hr.example/policies/leave"),
+            "quote": {"exact": "sixteen weeks of paid parental leave"},
+        },
+    )
     assert made.status_code == 201, made.text
     link = made.json()["citations"][0]["text_fragment_url"]
     assert link.startswith("HTTPS://hr.example/policies/leave#:~:text=")
@@ -119,7 +146,10 @@ def test_normalised_quotes_are_accepted(client: Any, transcript: str) -> None:
 
 def test_repeated_quote_is_disambiguated_by_context(client: Any, transcript: str) -> None:
     first = cite(client, {"source": source(), "quote": {"exact": "Requests must be made"}})
-    second = cite(client, {"source": source(), "quote": {"exact": "Requests must be made", "prefix": "in advance. "}})
+    second = cite(
+        client,
+        {"source": source(), "quote": {"exact": "Requests must be made", "prefix": "in advance. "}},
+    )
     start_first = first.json()["citations"][0]["selector"][1]["start"]
     start_second = second.json()["citations"][0]["selector"][1]["start"]
     assert start_second > start_first
@@ -132,18 +162,43 @@ def test_repeated_quote_is_disambiguated_by_context(client: Any, transcript: str
         ({"source": source(), "quote": {"exact": "   "}}, "empty_quote"),
         ({"source": source(), "quote": {"exact": "x" * 102_400}}, "quote_too_long"),
         ({"memento_id": "0" * 32, "quote": {"exact": "sixteen weeks"}}, "unknown_evidence"),
-        ({"source": source(tool="search.web"), "quote": {"exact": "sixteen weeks"}}, "disallowed_tool"),
-        ({"source": source(tool="shell.exec"), "quote": {"exact": "sixteen weeks"}}, "disallowed_tool"),
+        (
+            {"source": source(tool="search.web"), "quote": {"exact": "sixteen weeks"}},
+            "disallowed_tool",
+        ),
+        (
+            {"source": source(tool="shell.exec"), "quote": {"exact": "sixteen weeks"}},
+            "disallowed_tool",
+        ),
         ({"source": source(tool=None), "quote": {"exact": "sixteen weeks"}}, "disallowed_tool"),
-        ({"source": source(content=None, content_base64=base64.b64encode(b"\xff\xfe caf\xe9").decode(),
-                           content_type="text/plain; charset=utf-8"), "quote": {"exact": "caf"}}, "unreadable_document"),
-        ({"source": source(content_type="image/png"), "quote": {"exact": "sixteen"}}, "unreadable_document"),
-        ({"source": source(uri_r="javascript:alert(1)"), "quote": {"exact": "sixteen"}}, "invalid_source"),
-        ({"source": source(captured_at="2999-01-01T00:00:00Z"), "quote": {"exact": "sixteen"}}, "invalid_source"),
+        (
+            {
+                "source": source(
+                    content=None,
+                    content_base64=base64.b64encode(b"\xff\xfe caf\xe9").decode(),
+                    content_type="text/plain; charset=utf-8",
+                ),
+                "quote": {"exact": "caf"},
+            },
+            "unreadable_document",
+        ),
+        (
+            {"source": source(content_type="image/png"), "quote": {"exact": "sixteen"}},
+            "unreadable_document",
+        ),
+        (
+            {"source": source(uri_r="javascript:alert(1)"), "quote": {"exact": "sixteen"}},
+            "invalid_source",
+        ),
+        (
+            {"source": source(captured_at="2999-01-01T00:00:00Z"), "quote": {"exact": "sixteen"}},
+            "invalid_source",
+        ),
     ],
 )
-def test_invalid_citations_fail_closed(client: Any, archive: Archive, transcript: str,
-                                       citation: dict[str, Any], reason: str) -> None:
+def test_invalid_citations_fail_closed(
+    client: Any, archive: Archive, transcript: str, citation: dict[str, Any], reason: str
+) -> None:
     good = {"source": source(), "quote": {"exact": "sixteen weeks"}}
     response = cite(client, good, citation)
     assert response.status_code == 422, response.text
@@ -152,9 +207,15 @@ def test_invalid_citations_fail_closed(client: Any, archive: Archive, transcript
     assert counts(archive) == (0, 0)  # fail-closed: not even the valid one is stored
 
 
-def test_fail_open_stores_the_valid_and_reports_the_invalid(client: Any, archive: Archive, transcript: str) -> None:
-    response = cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}},
-                    {"source": source(), "quote": {"exact": "no such words"}}, fail_closed=False)
+def test_fail_open_stores_the_valid_and_reports_the_invalid(
+    client: Any, archive: Archive, transcript: str
+) -> None:
+    response = cite(
+        client,
+        {"source": source(), "quote": {"exact": "sixteen weeks"}},
+        {"source": source(), "quote": {"exact": "no such words"}},
+        fail_closed=False,
+    )
     assert response.status_code == 201
     body = response.json()
     assert len(body["citations"]) == 1
@@ -162,29 +223,41 @@ def test_fail_open_stores_the_valid_and_reports_the_invalid(client: Any, archive
     assert counts(archive) == (1, 1)
 
 
-def test_cite_by_memento_id_and_search_mementos_are_not_evidence(client: Any, transcript: str) -> None:
+def test_cite_by_memento_id_and_search_mementos_are_not_evidence(
+    client: Any, transcript: str
+) -> None:
     stored = client.post("/api/v1/mementos", json={**source(), "content": PAGE}).json()
     ok = cite(client, {"memento_id": stored["id"], "quote": {"exact": "Primary carer"}})
     assert ok.status_code == 201, ok.text
     assert ok.json()["citations"][0]["document_uri_m"] == stored["uri_m"]
-    snippet = client.post("/api/v1/mementos", json={**source(tool="search.web"), "uri_r": "https://hr.example/s"}).json()
+    snippet = client.post(
+        "/api/v1/mementos", json={**source(tool="search.web"), "uri_r": "https://hr.example/s"}
+    ).json()
     refused = cite(client, {"memento_id": snippet["id"], "quote": {"exact": "Primary carer"}})
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["reason"] == "disallowed_tool"
 
 
 def test_unknown_transcript_and_bad_bodies(client: Any, archive: Archive) -> None:
-    missing = cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}}, transcript="nope")
+    missing = cite(
+        client, {"source": source(), "quote": {"exact": "sixteen weeks"}}, transcript="nope"
+    )
     assert missing.status_code == 404
     client.put("/api/v1/transcripts/t-1", json={})
     assert cite(client).status_code in (400, 422)
-    assert client.post("/api/v1/transcripts/t-1/citations", json={"citations": "x"}).status_code == 422
+    assert (
+        client.post("/api/v1/transcripts/t-1/citations", json={"citations": "x"}).status_code == 422
+    )
     assert client.put("/api/v1/transcripts/bad%20id", json={}).status_code == 400
     assert counts(archive) == (0, 0)
 
 
 def test_idempotency_key_replays_citations(client: Any, archive: Archive, transcript: str) -> None:
-    body = {"citations": [{"source": {**source(), "captured_at": None}, "quote": {"exact": "sixteen weeks"}}]}
+    body = {
+        "citations": [
+            {"source": {**source(), "captured_at": None}, "quote": {"exact": "sixteen weeks"}}
+        ]
+    }
     headers = {"Idempotency-Key": "cite-1"}
     first = client.post("/api/v1/transcripts/t-1/citations", json=body, headers=headers)
     again = client.post("/api/v1/transcripts/t-1/citations", json=body, headers=headers)
@@ -203,7 +276,9 @@ def test_keep_document_stores_it_as_a_memento(settings: Any) -> None:
     try:
         with TestClient(create_app(keeping, archive=opened, auth=False)) as client:
             client.put("/api/v1/transcripts/t-1", json={})
-            made = cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}}).json()["citations"][0]
+            made = cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}}).json()[
+                "citations"
+            ][0]
             assert made["document_uri_m"] is not None
             assert client.get(made["document_uri_m"]).content == PAGE.encode()
     finally:
@@ -220,7 +295,9 @@ def test_transcript_retention_and_listing(client: Any, transcript: str) -> None:
     shortened = client.put("/api/v1/transcripts/t-1", json={"retention": "P1D"})
     assert shortened.status_code == 409
     assert client.put("/api/v1/transcripts/t-2", json={"retention": "forever"}).status_code == 400
-    until = client.put("/api/v1/transcripts/t-3", json={"retention": {"retain_until": "2040-01-01T00:00:00Z"}})
+    until = client.put(
+        "/api/v1/transcripts/t-3", json={"retention": {"retain_until": "2040-01-01T00:00:00Z"}}
+    )
     assert until.json()["retain_until"] == "2040-01-01T00:00:00Z"
 
 
@@ -232,7 +309,9 @@ def test_two_agents_citing_the_same_passage_store_one_blob(client: Any, archive:
 
     def agent(name: str) -> None:
         barrier.wait()
-        results.append(cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}}, transcript=name))
+        results.append(
+            cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}}, transcript=name)
+        )
 
     threads = [threading.Thread(target=agent, args=(n,)) for n in ("a", "b")]
     for thread in threads:
@@ -246,11 +325,17 @@ def test_two_agents_citing_the_same_passage_store_one_blob(client: Any, archive:
     assert counts(archive) == (1, 2)  # one passage memento (same capture), two citations
 
 
-def test_audit_log_lines_carry_no_text(client: Any, transcript: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_audit_log_lines_carry_no_text(
+    client: Any, transcript: str, caplog: pytest.LogCaptureFixture
+) -> None:
     import logging
 
     caplog.set_level(logging.INFO, logger="amber.citations")
-    cite(client, {"source": source(), "quote": {"exact": "sixteen weeks"}, "source_id": "ev-7"}, run_id="r-5")
+    cite(
+        client,
+        {"source": source(), "quote": {"exact": "sixteen weeks"}, "source_id": "ev-7"},
+        run_id="r-5",
+    )
     cite(client, {"source": source(), "quote": {"exact": "absent words here"}})
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "amber.citations"]
     assert [line["verdict"] for line in lines] == ["accepted", "quote_not_found"]
@@ -259,42 +344,64 @@ def test_audit_log_lines_carry_no_text(client: Any, transcript: str, caplog: pyt
     assert "sixteen" not in caplog.text and "absent words" not in caplog.text
 
 
-def test_sources_are_sent_once_and_cited_by_reference(client: Any, archive: Archive, transcript: str) -> None:
-    body = {"sources": {"page": source()},
-            "citations": [{"source_ref": "page", "quote": {"exact": q}} for q in ("sixteen weeks", "Primary carer")]}
+def test_sources_are_sent_once_and_cited_by_reference(
+    client: Any, archive: Archive, transcript: str
+) -> None:
+    body = {
+        "sources": {"page": source()},
+        "citations": [
+            {"source_ref": "page", "quote": {"exact": q}}
+            for q in ("sixteen weeks", "Primary carer")
+        ],
+    }
     response = client.post("/api/v1/transcripts/t-1/citations", json=body)
     assert response.status_code == 201, response.text
     made = response.json()["citations"]
     assert {c["document_hash"] for c in made} == {content_address(PAGE.encode())}
-    unknown = client.post("/api/v1/transcripts/t-1/citations",
-                          json={"citations": [{"source_ref": "nope", "quote": {"exact": "x"}}]})
+    unknown = client.post(
+        "/api/v1/transcripts/t-1/citations",
+        json={"citations": [{"source_ref": "nope", "quote": {"exact": "x"}}]},
+    )
     assert unknown.status_code == 422
-    assert [(e["index"], e["reason"]) for e in unknown.json()["errors"]] == [(0, "unknown_evidence")]
+    assert [(e["index"], e["reason"]) for e in unknown.json()["errors"]] == [
+        (0, "unknown_evidence")
+    ]
     assert counts(archive) == (2, 2)
 
 
-@pytest.mark.parametrize(("bad_source", "named"), [
-    ({"content": None, "content_base64": "not base64!"}, "content_base64 is not valid base64"),
-    ({"captured_at": "yesterday"}, "source: "),
-    ({"content": "\ud800"}, "not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    ("bad_source", "named"),
+    [
+        ({"content": None, "content_base64": "not base64!"}, "content_base64 is not valid base64"),
+        ({"captured_at": "yesterday"}, "source: "),
+        ({"content": "\ud800"}, "not valid Unicode"),
+    ],
+)
 def test_unreadable_evidence_is_refused_by_index(
     client: Any, archive: Archive, transcript: str, bad_source: dict[str, Any], named: str
 ) -> None:
     """Evidence the API cannot even read is one invalid citation like any other: named by
     its index, and with fail_closed false its valid neighbours are stored."""
-    citations = [{"source": source(), "quote": {"exact": "sixteen weeks"}},
-                 {"source": source(**bad_source), "quote": {"exact": "sixteen weeks"}}]
+    citations = [
+        {"source": source(), "quote": {"exact": "sixteen weeks"}},
+        {"source": source(**bad_source), "quote": {"exact": "sixteen weeks"}},
+    ]
     body = json.dumps({"citations": citations}).encode()  # keeps a lone surrogate escaped
-    refused = client.post("/api/v1/transcripts/t-1/citations", content=body,
-                          headers={"Content-Type": "application/json"})
+    refused = client.post(
+        "/api/v1/transcripts/t-1/citations",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
     assert refused.status_code == 422, refused.text
     [error] = refused.json()["errors"]
     assert (error["index"], error["reason"]) == (1, "invalid_source") and named in error["detail"]
     assert counts(archive) == (0, 0)
     lenient = json.dumps({"citations": citations, "fail_closed": False}).encode()
-    partly = client.post("/api/v1/transcripts/t-1/citations", content=lenient,
-                         headers={"Content-Type": "application/json"})
+    partly = client.post(
+        "/api/v1/transcripts/t-1/citations",
+        content=lenient,
+        headers={"Content-Type": "application/json"},
+    )
     assert partly.status_code == 201, partly.text
     assert len(partly.json()["citations"]) == 1 and partly.json()["errors"][0]["index"] == 1
     assert counts(archive) == (1, 1)
@@ -310,7 +417,9 @@ def test_concurrent_requests_commit_together_and_a_bad_one_fails_alone(archive: 
     from archive.exceptions import IdempotencyConflict
 
     archive.transcripts.put("default", "t-1", "P7Y", {})
-    page = SourceRequest(uri_r=URI_R, content=PAGE.encode(), content_type="text/html", tool="http.get")
+    page = SourceRequest(
+        uri_r=URI_R, content=PAGE.encode(), content_type="text/html", tool="http.get"
+    )
 
     def request(quote: str) -> list[CitationRequest]:
         return [CitationRequest(quote=QuoteRequest(quote), source=page)]
@@ -344,10 +453,16 @@ def test_concurrent_requests_commit_together_and_a_bad_one_fails_alone(archive: 
     threads[0].start()
     wait_for(lambda: batches)  # held at the gate: what comes next queues up behind it
     threads += [
-        threading.Thread(target=call, args=("a", "sixteen weeks"),
-                         kwargs={"idempotency_key": "k", "request_hash": "x"}),
-        threading.Thread(target=call, args=("b", "16 weeks"),
-                         kwargs={"idempotency_key": "k", "request_hash": "y"}),
+        threading.Thread(
+            target=call,
+            args=("a", "sixteen weeks"),
+            kwargs={"idempotency_key": "k", "request_hash": "x"},
+        ),
+        threading.Thread(
+            target=call,
+            args=("b", "16 weeks"),
+            kwargs={"idempotency_key": "k", "request_hash": "y"},
+        ),
         threading.Thread(target=call, args=("c", "in writing")),
     ]
     for thread in threads[1:]:

@@ -182,8 +182,11 @@ def _truncate(path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("damage", "code"),
-    [(_flip_a_byte, "integrity_error"), (_truncate, "integrity_error"),
-     (Path.unlink, "blob_not_found")],
+    [
+        (_flip_a_byte, "integrity_error"),
+        (_truncate, "integrity_error"),
+        (Path.unlink, "blob_not_found"),
+    ],
     ids=["flipped-byte", "truncated", "deleted"],
 )
 def test_verify_passes_then_fails_on_a_damaged_blob(
@@ -237,7 +240,10 @@ def test_every_command_help_has_an_example(path: tuple[str, ...]) -> None:
 
 def test_console_script_help_runs() -> None:
     done = subprocess.run(
-        [*amber_command(), "--help"], env=clean_environ(), capture_output=True, timeout=60,
+        [*amber_command(), "--help"],
+        env=clean_environ(),
+        capture_output=True,
+        timeout=60,
         check=False,
     )
     assert done.returncode == 0, text(done)
@@ -263,7 +269,9 @@ def test_invalid_configuration_is_a_clean_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [*amber_command(), "verify"],
         env=clean_environ({"AMBER_DATA_DIR": str(tmp_path), "AMBER_FETCH_ALLOW": "10.0.0.0/99"}),
-        capture_output=True, timeout=60, check=False,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode != 0
     assert "AMBER_FETCH_ALLOW" in done.stderr.decode(), text(done)
@@ -289,24 +297,40 @@ def test_serve_starts_from_nothing(tmp_path: Path, configured: bool) -> None:
         health = httpx.get(f"{server.base_url}/healthz", timeout=10, trust_env=False)
         assert health.json()["status"] == "ok"
         # First start of the embedded default: one admin key, printed once.
-        admin_keys = re.findall(r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE)
+        admin_keys = re.findall(
+            r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE
+        )
         assert len(admin_keys) == 1, server.log_tail()
-        listed = httpx.get(f"{server.base_url}/api/v1/keys", timeout=10, trust_env=False,
-                           headers={"Authorization": f"Bearer {admin_keys[0]}"})
+        listed = httpx.get(
+            f"{server.base_url}/api/v1/keys",
+            timeout=10,
+            trust_env=False,
+            headers={"Authorization": f"Bearer {admin_keys[0]}"},
+        )
         assert listed.status_code == 200 and listed.json()[0]["role"] == "admin"
-        unauthenticated = httpx.post(f"{server.base_url}/api/v1/mementos", json={}, timeout=10, trust_env=False)
+        unauthenticated = httpx.post(
+            f"{server.base_url}/api/v1/mementos", json={}, timeout=10, trust_env=False
+        )
         assert unauthenticated.status_code == 401
         agent = create_key(env, "agent", cwd=workdir)
         written = httpx.post(
             f"{server.base_url}/api/v1/mementos",
-            json={"uri_r": "https://example.org/", "content": "hello",
-                  "content_type": "text/plain", "captured_at": "2024-05-01T12:00:00Z"},
-            timeout=10, trust_env=False, headers={"Authorization": f"Bearer {agent}"},
+            json={
+                "uri_r": "https://example.org/",
+                "content": "hello",
+                "content_type": "text/plain",
+                "captured_at": "2024-05-01T12:00:00Z",
+            },
+            timeout=10,
+            trust_env=False,
+            headers={"Authorization": f"Bearer {agent}"},
         )
         assert written.status_code == 201, written.text
         uri_m = written.json()["uri_m"]
         assert uri_m.startswith(f"http://127.0.0.1:{port}/memento/")
-        served = httpx.get(uri_m, timeout=10, trust_env=False, headers={"Authorization": f"Bearer {agent}"})
+        served = httpx.get(
+            uri_m, timeout=10, trust_env=False, headers={"Authorization": f"Bearer {agent}"}
+        )
         assert served.status_code == 200 and served.content == b"hello"
         server.stop()
         # Graceful: SIGTERM runs the shutdown (uvicorn then re-raises the signal it caught).
@@ -322,11 +346,24 @@ def test_second_start_prints_no_new_key_and_no_auth_is_loopback_only(tmp_path: P
     for expected_keys in (1, 0):
         server = start_server(env, free_port(), agent_key=False)
         with server:
-            found = re.findall(r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE)
+            found = re.findall(
+                r"^amber_[0-9a-f]{12}_\S{43}$", server.log_tail(20_000), re.MULTILINE
+            )
             assert len(found) == expected_keys
     refused = subprocess.run(
-        [*amber_command(), "serve", "--insecure-no-auth", "--host", "0.0.0.0", "--port", str(free_port())],
-        env=clean_environ(env), capture_output=True, text=True, timeout=60,
+        [
+            *amber_command(),
+            "serve",
+            "--insecure-no-auth",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        env=clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert refused.returncode != 0
     assert "loopback" in refused.stderr

@@ -69,15 +69,27 @@ FETCHED_AT = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
 
 
 def page_result(**overrides: Any) -> ToolResult:
-    return ToolResult(**{"url": URI_R, "body": PAGE, "content_type": CONTENT_TYPE, "status": 200,
-                         "headers": {"ETag": '"v3"', "Set-Cookie": "secret"}, **overrides})
+    return ToolResult(
+        **{
+            "url": URI_R,
+            "body": PAGE,
+            "content_type": CONTENT_TYPE,
+            "status": 200,
+            "headers": {"ETag": '"v3"', "Set-Cookie": "secret"},
+            **overrides,
+        }
+    )
 
 
 def captured(locker: EvidenceLocker) -> tuple[Source, Source]:
     """One fetched page (evidence) and one search hit (not evidence), through wrapped tools."""
     fetch = locker.wrap_tool("http.get", lambda url: page_result(url=url))
-    search = locker.wrap_tool("search.web", lambda query: [
-        {"url": URI_R, "title": "Leave policy", "snippet": "Parental leave is twenty weeks."}])
+    search = locker.wrap_tool(
+        "search.web",
+        lambda query: [
+            {"url": URI_R, "title": "Leave policy", "snippet": "Parental leave is twenty weeks."}
+        ],
+    )
     page = fetch(URI_R)
     [hit] = search("parental leave")
     return page, hit
@@ -115,13 +127,16 @@ def test_locker_keeps_raw_bytes_under_an_id_bound_to_the_capture() -> None:
 def test_locker_adapts_httpx_responses_mappings_and_fetched_documents() -> None:
     locker = EvidenceLocker()
     request = httpx.Request("GET", "https://hr.example/final")
-    response = httpx.Response(200, content=PAGE, headers={"content-type": CONTENT_TYPE}, request=request)
+    response = httpx.Response(
+        200, content=PAGE, headers={"content-type": CONTENT_TYPE}, request=request
+    )
     from_httpx = locker.record_output("http.get", response)
     assert isinstance(from_httpx, Source) and from_httpx.body == PAGE
     assert from_httpx.content_type == CONTENT_TYPE and from_httpx.status == 200
 
-    from_mapping = locker.record_output("kb.read", {"uri": "kb:hr/leave", "content": "sixteen weeks",
-                                                    "content_type": "text/plain"})
+    from_mapping = locker.record_output(
+        "kb.read", {"uri": "kb:hr/leave", "content": "sixteen weeks", "content_type": "text/plain"}
+    )
     assert isinstance(from_mapping, Source) and from_mapping.body == b"sixteen weeks"
     assert from_mapping.is_evidence
 
@@ -169,25 +184,44 @@ def test_async_tools_are_wrapped_as_async() -> None:
 
 
 def test_answers_accept_claims_and_plain_mappings() -> None:
-    answer = Answer("text", [Claim("ev_1", "q"), {"source_id": "ev_2", "quote": "r", "prefix": "p"},
-                             {"source_id": "ev_3", "quote": {"exact": "s", "suffix": "x"}}])
-    assert answer.citations == (Claim("ev_1", "q"), Claim("ev_2", "r", prefix="p"),
-                                Claim("ev_3", "s", suffix="x"))
-    assert Answer.coerce({"text": "t", "citations": [{"source_id": "a", "quote": "b"}]}) == \
-        Answer("t", [Claim("a", "b")])
+    answer = Answer(
+        "text",
+        [
+            Claim("ev_1", "q"),
+            {"source_id": "ev_2", "quote": "r", "prefix": "p"},
+            {"source_id": "ev_3", "quote": {"exact": "s", "suffix": "x"}},
+        ],
+    )
+    assert answer.citations == (
+        Claim("ev_1", "q"),
+        Claim("ev_2", "r", prefix="p"),
+        Claim("ev_3", "s", suffix="x"),
+    )
+    assert Answer.coerce({"text": "t", "citations": [{"source_id": "a", "quote": "b"}]}) == Answer(
+        "t", [Claim("a", "b")]
+    )
 
 
 MEMENTO_JSON = {
-    "id": "0" * 32, "uri_r": URI_R, "uri_m": f"{BASE_URL}/memento/{'0' * 32}",
-    "memento_datetime": "2025-03-01T10:00:00Z", "archived_at": "2025-03-01T10:00:01Z",
-    "content_hash": content_hash(PAGE), "content_type": CONTENT_TYPE, "size": len(PAGE),
-    "scope": "document", "capture": {"tool": "http.get", "final_url": None, "http_status": 200,
-                                     "headers": {}},
-    "timegate": "t", "timemap": "m", "timemap_json": "j",
+    "id": "0" * 32,
+    "uri_r": URI_R,
+    "uri_m": f"{BASE_URL}/memento/{'0' * 32}",
+    "memento_datetime": "2025-03-01T10:00:00Z",
+    "archived_at": "2025-03-01T10:00:01Z",
+    "content_hash": content_hash(PAGE),
+    "content_type": CONTENT_TYPE,
+    "size": len(PAGE),
+    "scope": "document",
+    "capture": {"tool": "http.get", "final_url": None, "http_status": 200, "headers": {}},
+    "timegate": "t",
+    "timemap": "m",
+    "timemap_json": "j",
 }
 
 
-def scripted_transport(*answers: httpx.Response | Exception) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+def scripted_transport(
+    *answers: httpx.Response | Exception,
+) -> tuple[httpx.MockTransport, list[httpx.Request]]:
     seen: list[httpx.Request] = []
     queue = list(answers)
 
@@ -202,14 +236,17 @@ def scripted_transport(*answers: httpx.Response | Exception) -> tuple[httpx.Mock
 
 
 def error(status: int, code: str, **headers: str) -> httpx.Response:
-    return httpx.Response(status, json={"error": {"code": code, "message": code, "detail": {}}},
-                          headers=headers)
+    return httpx.Response(
+        status, json={"error": {"code": code, "message": code, "detail": {}}}, headers=headers
+    )
 
 
 def test_retries_reuse_one_idempotency_key_and_the_same_body() -> None:
     transport, seen = scripted_transport(
-        httpx.ConnectError("refused"), error(503, "storage_unavailable", **{"Retry-After": "0"}),
-        error(429, "rate_limited", **{"Retry-After": "0"}), httpx.Response(201, json=MEMENTO_JSON),
+        httpx.ConnectError("refused"),
+        error(503, "storage_unavailable", **{"Retry-After": "0"}),
+        error(429, "rate_limited", **{"Retry-After": "0"}),
+        httpx.Response(201, json=MEMENTO_JSON),
     )
     with AmberClient(BASE_URL, "k", transport=transport, retry=FAST) as amber:
         memento = amber.write_memento(URI_R, PAGE, CONTENT_TYPE, tool="http.get")
@@ -222,11 +259,14 @@ def test_retries_reuse_one_idempotency_key_and_the_same_body() -> None:
         assert body["content_base64"] and "content" not in body  # windows-1252 bytes as bytes
 
 
-@pytest.mark.parametrize("raw", [
-    b"%PDF-1.7\n\xe2\xe3\xcf\xd3 binary",  # not UTF-8
-    "caf\u00e9".encode("latin-1"),  # another charset
-    b"\xed\xa0\x80",  # an encoded surrogate: not valid UTF-8
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"%PDF-1.7\n\xe2\xe3\xcf\xd3 binary",  # not UTF-8
+        "caf\u00e9".encode("latin-1"),  # another charset
+        b"\xed\xa0\x80",  # an encoded surrogate: not valid UTF-8
+    ],
+)
 def test_bytes_that_are_not_utf8_travel_as_base64(raw: bytes) -> None:
     """Byte identity: what the server decodes is exactly what the tool fetched."""
     transport, seen = scripted_transport(httpx.Response(201, json=MEMENTO_JSON))
@@ -258,22 +298,28 @@ def test_each_logical_call_has_its_own_key() -> None:
 
 def test_retries_are_bounded() -> None:
     transport, seen = scripted_transport(error(503, "storage_unavailable", **{"Retry-After": "0"}))
-    with AmberClient(BASE_URL, transport=transport, retry=FAST) as amber, \
-            pytest.raises(ServiceUnavailableError) as raised:
+    with (
+        AmberClient(BASE_URL, transport=transport, retry=FAST) as amber,
+        pytest.raises(ServiceUnavailableError) as raised,
+    ):
         amber.get_transcript("t")
     assert len(seen) == FAST.max_retries + 1 and raised.value.status == 503
 
     transport, seen = scripted_transport(httpx.ReadTimeout("slow"))
-    with AmberClient(BASE_URL, transport=transport, retry=FAST) as amber, \
-            pytest.raises(AmberConnectionError):
+    with (
+        AmberClient(BASE_URL, transport=transport, retry=FAST) as amber,
+        pytest.raises(AmberConnectionError),
+    ):
         amber.get_transcript("t")
     assert len(seen) == FAST.max_retries + 1
 
 
 def test_a_long_retry_after_is_not_waited_for() -> None:
     transport, seen = scripted_transport(error(429, "rate_limited", **{"Retry-After": "3600"}))
-    with AmberClient(BASE_URL, transport=transport, retry=FAST) as amber, \
-            pytest.raises(RateLimitedError) as raised:
+    with (
+        AmberClient(BASE_URL, transport=transport, retry=FAST) as amber,
+        pytest.raises(RateLimitedError) as raised,
+    ):
         amber.get_transcript("t")
     assert len(seen) == 1 and raised.value.retry_after == 3600
 
@@ -311,8 +357,9 @@ def citations_stored(amber: AmberClient) -> int:
 def test_valid_answer_is_cited_with_uri_ms_and_robust_links(amber: AmberClient) -> None:
     locker = EvidenceLocker()
     page, _ = captured(locker)
-    cited = amber.cite_answer("t-1", Answer("Sixteen weeks [1].", [Claim(page.source_id, QUOTE)]),
-                              locker, run_id="run-9")
+    cited = amber.cite_answer(
+        "t-1", Answer("Sixteen weeks [1].", [Claim(page.source_id, QUOTE)]), locker, run_id="run-9"
+    )
     assert not cited.degraded and cited.text == "Sixteen weeks [1]." and cited.errors == ()
     [citation] = cited.citations
     assert citation.document_hash == page.content_hash  # the server hashed the tool's bytes
@@ -332,7 +379,11 @@ def test_hallucinated_quote_fails_closed_and_stores_nothing(amber: AmberClient) 
         amber.cite_answer("t-1", answer, locker)
     assert raised.value.status == 422
     [problem] = raised.value.errors
-    assert (problem.index, problem.reason, problem.source_id) == (1, "quote_not_found", page.source_id)
+    assert (problem.index, problem.reason, problem.source_id) == (
+        1,
+        "quote_not_found",
+        page.source_id,
+    )
     assert raised.value.safe_text is not None and raised.value.safe_text.startswith(SAFE_ANSWER)
     assert citations_stored(amber) == 0  # the valid citation was not stored either
 
@@ -349,12 +400,17 @@ def test_degrade_mode_returns_the_safe_form_with_reasons(amber: AmberClient) -> 
     assert citations_stored(amber) == 0
 
 
-def test_citing_a_search_result_is_refused_by_the_server(amber: AmberClient, sent: list[httpx.Request]) -> None:
+def test_citing_a_search_result_is_refused_by_the_server(
+    amber: AmberClient, sent: list[httpx.Request]
+) -> None:
     locker = EvidenceLocker()
     _, hit = captured(locker)
     with pytest.raises(CitationRejected) as raised:
-        amber.cite_answer("t-1", Answer("Twenty.", [Claim(hit.source_id, "Parental leave is twenty weeks")]),
-                          locker)
+        amber.cite_answer(
+            "t-1",
+            Answer("Twenty.", [Claim(hit.source_id, "Parental leave is twenty weeks")]),
+            locker,
+        )
     assert raised.value.reasons == ("disallowed_tool",)
     # Sent on purpose: the server's evidence policy decides, not a copy of it in the SDK.
     assert [r.url.path for r in sent] == ["/api/v1/transcripts/t-1/citations"]
@@ -370,7 +426,11 @@ def test_unknown_source_id_is_refused_without_asking_the_server(
     with pytest.raises(CitationRejected) as raised:
         amber.cite_answer("t-1", answer, locker)
     [problem] = raised.value.errors
-    assert (problem.index, problem.reason, problem.source_id) == (1, "unknown_evidence", "ev_never_fetched")
+    assert (problem.index, problem.reason, problem.source_id) == (
+        1,
+        "unknown_evidence",
+        "ev_never_fetched",
+    )
     assert raised.value.status is None and sent == []
     degraded = amber.cite_answer("t-1", answer, locker, mode="degrade")
     assert degraded.degraded and "unknown_evidence" in degraded.text and sent == []
@@ -381,21 +441,32 @@ def test_required_answer_without_citations(amber: AmberClient, sent: list[httpx.
     with pytest.raises(CitationRejected) as raised:
         amber.cite_answer("t-1", Answer("Trust me."), locker)
     assert raised.value.reasons == ("no_citations",) and raised.value.errors[0].index is None
-    degraded = amber.cite_answer("t-1", {"text": "Trust me.", "citations": []}, locker, mode="degrade")
+    degraded = amber.cite_answer(
+        "t-1", {"text": "Trust me.", "citations": []}, locker, mode="degrade"
+    )
     assert degraded.degraded and degraded.text.startswith(SAFE_ANSWER)
     uncited = amber.cite_answer("t-1", Answer("Hello!"), locker, required=False)
     assert not uncited.degraded and uncited.text == "Hello!" and uncited.citations == ()
     assert sent == []
 
 
-def test_a_document_cited_several_times_is_sent_once(amber: AmberClient, sent: list[httpx.Request]) -> None:
+def test_a_document_cited_several_times_is_sent_once(
+    amber: AmberClient, sent: list[httpx.Request]
+) -> None:
     locker = EvidenceLocker()
     page, _ = captured(locker)
-    answer = Answer("…", [Claim(page.source_id, QUOTE), Claim(page.source_id, "four weeks in advance")])
+    answer = Answer(
+        "…", [Claim(page.source_id, QUOTE), Claim(page.source_id, "four weeks in advance")]
+    )
     cited = amber.cite_answer("t-1", answer, locker)
-    assert not cited.degraded and [c.exact for c in cited.citations] == [QUOTE, "four weeks in advance"]
-    assert all(c.source_ids == (page.source_id,) and c.document_hash == page.content_hash
-               for c in cited.citations)
+    assert not cited.degraded and [c.exact for c in cited.citations] == [
+        QUOTE,
+        "four weeks in advance",
+    ]
+    assert all(
+        c.source_ids == (page.source_id,) and c.document_hash == page.content_hash
+        for c in cited.citations
+    )
     [request] = [r for r in sent if r.url.path.endswith("/citations")]
     body = json.loads(request.content)
     assert list(body["sources"]) == ["s0"] and body["sources"]["s0"] == page.wire_source()
@@ -406,22 +477,40 @@ def test_a_document_cited_several_times_is_sent_once(amber: AmberClient, sent: l
 def test_keep_valid_stores_the_valid_citations_and_reports_the_rest(amber: AmberClient) -> None:
     locker = EvidenceLocker()
     page, hit = captured(locker)
-    answer = Answer("…", [Claim(hit.source_id, "twenty weeks"), Claim(page.source_id, QUOTE),
-                          Claim("ev_unknown", "x"), Claim(page.source_id, HALLUCINATED)])
+    answer = Answer(
+        "…",
+        [
+            Claim(hit.source_id, "twenty weeks"),
+            Claim(page.source_id, QUOTE),
+            Claim("ev_unknown", "x"),
+            Claim(page.source_id, HALLUCINATED),
+        ],
+    )
     cited = amber.cite_answer("t-1", answer, locker, keep_valid=True, run_id="r")
     assert not cited.degraded and [c.exact for c in cited.citations] == [QUOTE]
     assert [(e.index, e.reason) for e in cited.errors] == [
-        (0, "disallowed_tool"), (2, "unknown_evidence"), (3, "quote_not_found")]
+        (0, "disallowed_tool"),
+        (2, "unknown_evidence"),
+        (3, "quote_not_found"),
+    ]
     assert citations_stored(amber) == 1
     # With nothing valid, keep_valid still fails closed (citations are required).
     with pytest.raises(CitationRejected):
-        amber.cite_answer("t-1", Answer("…", [Claim(page.source_id, HALLUCINATED)]), locker,
-                          keep_valid=True)
+        amber.cite_answer(
+            "t-1", Answer("…", [Claim(page.source_id, HALLUCINATED)]), locker, keep_valid=True
+        )
 
 
 def test_low_level_calls(amber: AmberClient, archive: Archive) -> None:
-    memento = amber.write_memento(URI_R, PAGE, CONTENT_TYPE, tool="http.get", http_status=200,
-                                  captured_at=FETCHED_AT, headers={"ETag": '"v3"', "Set-Cookie": "x"})
+    memento = amber.write_memento(
+        URI_R,
+        PAGE,
+        CONTENT_TYPE,
+        tool="http.get",
+        http_status=200,
+        captured_at=FETCHED_AT,
+        headers={"ETag": '"v3"', "Set-Cookie": "x"},
+    )
     assert memento.content_hash == content_hash(PAGE) and memento.headers == {"etag": '"v3"'}
     assert amber.get_memento(memento.uri_m) == memento
     assert amber.fetch_memento(memento.id).content == PAGE
@@ -452,18 +541,30 @@ def test_async_client_happy_path(settings: Settings, archive: Archive) -> None:
         async with AsyncAmberClient(BASE_URL, transport=transport, retry=FAST) as amber:
             await amber.put_transcript("t-async", retention="P7Y")
             page = await http_get(URI_R)
-            cited = await amber.cite_answer("t-async", Answer("16 weeks.", [Claim(page.source_id, QUOTE)]),
-                                            locker, run_id="run-a")
+            cited = await amber.cite_answer(
+                "t-async",
+                Answer("16 weeks.", [Claim(page.source_id, QUOTE)]),
+                locker,
+                run_id="run-a",
+            )
             [citation] = cited.citations
             assert citation.document_hash == page.content_hash and citation.run_id == "run-a"
             assert QUOTE.encode() in (await amber.fetch_memento(citation.uri_m)).content
             with pytest.raises(CitationRejected) as raised:
-                await amber.cite_answer("t-async", Answer("20.", [Claim(page.source_id, HALLUCINATED)]), locker)
+                await amber.cite_answer(
+                    "t-async", Answer("20.", [Claim(page.source_id, HALLUCINATED)]), locker
+                )
             assert raised.value.reasons == ("quote_not_found",)
             degraded = await amber.cite_answer(
-                "t-async", Answer("20.", [Claim(page.source_id, HALLUCINATED)]), locker, mode="degrade")
+                "t-async",
+                Answer("20.", [Claim(page.source_id, HALLUCINATED)]),
+                locker,
+                mode="degrade",
+            )
             assert degraded.degraded
-            assert [c.id for c in (await amber.get_transcript("t-async")).citations] == [citation.id]
+            assert [c.id for c in (await amber.get_transcript("t-async")).citations] == [
+                citation.id
+            ]
 
     asyncio.run(run())
 
@@ -508,8 +609,12 @@ def test_live_capture_cite_and_resolve(live: LiveServer, origin: str) -> None:
         page = http_get(origin)
         assert page.body == PAGE and page.status == 200
         amber.put_transcript("conv-1", retention="regulated", labels={"run_id": "run-1"})
-        cited = amber.cite_answer("conv-1", Answer("16 weeks [1].", [Claim(page.source_id, QUOTE)]),
-                                  locker, run_id="run-1")
+        cited = amber.cite_answer(
+            "conv-1",
+            Answer("16 weeks [1].", [Claim(page.source_id, QUOTE)]),
+            locker,
+            run_id="run-1",
+        )
         [citation] = cited.citations
         assert citation.document_hash == content_hash(PAGE) == page.content_hash
         assert citation.uri_m.startswith(live.base_url + "/")
@@ -518,15 +623,27 @@ def test_live_capture_cite_and_resolve(live: LiveServer, origin: str) -> None:
         assert passage.verified and QUOTE.encode() in passage.content
         assert passage.content_hash == citation.passage_hash
         info = amber.get_memento(citation.uri_m)
-        assert (info.scope, info.tool, info.http_status, info.uri_r) == ("passage", "http.get", 200, origin)
+        assert (info.scope, info.tool, info.http_status, info.uri_r) == (
+            "passage",
+            "http.get",
+            200,
+            origin,
+        )
         assert amber.timegate(origin).uri_m == citation.uri_m
 
         with pytest.raises(CitationRejected) as raised:
-            amber.cite_answer("conv-1", Answer("20 weeks.", [Claim(page.source_id, HALLUCINATED)]), locker)
+            amber.cite_answer(
+                "conv-1", Answer("20 weeks.", [Claim(page.source_id, HALLUCINATED)]), locker
+            )
         assert raised.value.reasons == ("quote_not_found",)
         stored = amber.get_transcript("conv-1")
-        assert [c.id for c in stored.citations] == [citation.id] and stored.labels == {"run_id": "run-1"}
-    with AmberClient(live.base_url, "amber_not-a-key", retry=FAST) as stranger, pytest.raises(AuthError):
+        assert [c.id for c in stored.citations] == [citation.id] and stored.labels == {
+            "run_id": "run-1"
+        }
+    with (
+        AmberClient(live.base_url, "amber_not-a-key", retry=FAST) as stranger,
+        pytest.raises(AuthError),
+    ):
         stranger.get_transcript("conv-1")
 
 
@@ -559,19 +676,40 @@ def test_live_dropped_response_is_retried_safely(live: LiveServer) -> None:
     transport = DropFirstCitationResponse()
     with AmberClient(live.base_url, live.agent_key, transport=transport, retry=FAST) as amber:
         amber.put_transcript("conv-r")
-        cited = amber.cite_answer("conv-r", Answer("16.", [Claim(page.source_id, QUOTE)]), locker,
-                                  run_id="run-r")
+        cited = amber.cite_answer(
+            "conv-r", Answer("16.", [Claim(page.source_id, QUOTE)]), locker, run_id="run-r"
+        )
         assert len(transport.keys) == 2 and transport.keys[0] == transport.keys[1] is not None
         stored = amber.get_transcript("conv-r").citations
         assert [c.id for c in stored] == [c.id for c in cited.citations]
         assert len(stored) == 1
         # Replaying the same logical call by hand answers the same ids and stores nothing new.
-        again = amber.cite("conv-r", [{"source": page.wire_source(), "source_id": page.source_id,
-                                       "quote": {"exact": QUOTE}}], fail_closed=True,
-                           run_id="run-r", idempotency_key="manual-1")
-        replay = amber.cite("conv-r", [{"source": page.wire_source(), "source_id": page.source_id,
-                                        "quote": {"exact": QUOTE}}], fail_closed=True,
-                            run_id="run-r", idempotency_key="manual-1")
+        again = amber.cite(
+            "conv-r",
+            [
+                {
+                    "source": page.wire_source(),
+                    "source_id": page.source_id,
+                    "quote": {"exact": QUOTE},
+                }
+            ],
+            fail_closed=True,
+            run_id="run-r",
+            idempotency_key="manual-1",
+        )
+        replay = amber.cite(
+            "conv-r",
+            [
+                {
+                    "source": page.wire_source(),
+                    "source_id": page.source_id,
+                    "quote": {"exact": QUOTE},
+                }
+            ],
+            fail_closed=True,
+            run_id="run-r",
+            idempotency_key="manual-1",
+        )
         assert [c.id for c in replay.citations] == [c.id for c in again.citations] == [stored[0].id]
         assert len(amber.get_transcript("conv-r").citations) == 1
 
@@ -579,7 +717,9 @@ def test_live_dropped_response_is_retried_safely(live: LiveServer) -> None:
 @pytest.mark.slow
 def test_example_agent_loop_runs_end_to_end() -> None:
     script = Path(__file__).resolve().parents[1] / "examples" / "agent_loop.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "SCRIPTED" in out and "/memento/" in out and "data-versionurl=" in out

@@ -424,6 +424,7 @@ async def after_a_crowd(committer: LoopGroupCommitter[object, object], size: int
 def test_loop_batch_much_smaller_than_recent_ones_waits_for_the_others() -> None:
     """Eight writers committed together; when one comes back before the others, its batch
     waits for them instead of committing alone (and paying a whole commit for one write)."""
+
     async def scenario() -> None:
         recorder = AsyncRecorder(hold_first=False)
         committer = LoopGroupCommitter(recorder, max_wait=TIMEOUT)

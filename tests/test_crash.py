@@ -102,7 +102,9 @@ def _writer(number: int, base_url: str, headers: dict[str, str], load: Load, sha
 def _run_load_and_kill(server: LiveServer, shared: bool) -> tuple[Load, int]:
     load = Load()
     threads = [
-        threading.Thread(target=_writer, args=(n, server.base_url, server.headers, load, shared), daemon=True)
+        threading.Thread(
+            target=_writer, args=(n, server.base_url, server.headers, load, shared), daemon=True
+        )
         for n in range(WRITERS)
     ]
     for thread in threads:
@@ -172,9 +174,19 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
 
     # The crashed store comes back: a new server serves what was acknowledged and writes.
     restart_port = free_port()
-    again = start_server({**env_for(settings, f"http://127.0.0.1:{restart_port}"),
-                          "AMBER_RATE_LIMIT_PER_SECOND": "0"}, restart_port)
-    with again, httpx.Client(base_url=again.base_url, headers=again.headers, timeout=10.0, trust_env=False) as client:
+    again = start_server(
+        {
+            **env_for(settings, f"http://127.0.0.1:{restart_port}"),
+            "AMBER_RATE_LIMIT_PER_SECOND": "0",
+        },
+        restart_port,
+    )
+    with (
+        again,
+        httpx.Client(
+            base_url=again.base_url, headers=again.headers, timeout=10.0, trust_env=False
+        ) as client,
+    ):
         sample = random.Random(0).sample(load.acked, min(25, len(load.acked)))
         for data, ack in sample:
             response = client.get(f"/memento/{ack['id']}")
@@ -182,17 +194,24 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
             assert response.content == data
         after = client.post(
             "/api/v1/mementos",
-            json={"uri_r": "https://crash.example/after", "content": "after the crash",
-                  "content_type": "text/plain", "captured_at": CAPTURED_AT},
+            json={
+                "uri_r": "https://crash.example/after",
+                "content": "after the crash",
+                "content_type": "text/plain",
+                "captured_at": CAPTURED_AT,
+            },
         )
         assert after.status_code == 201, after.text
         replay_data, replay_ack = load.acked[0]
         replay = client.post(
             "/api/v1/mementos",
-            json={"uri_r": replay_ack["uri_r"],
-                  "content_base64": base64.b64encode(replay_data).decode("ascii"),
-                  "content_type": "application/octet-stream",
-                  "captured_at": CAPTURED_AT, "tool": "http.get"},
+            json={
+                "uri_r": replay_ack["uri_r"],
+                "content_base64": base64.b64encode(replay_data).decode("ascii"),
+                "content_type": "application/octet-stream",
+                "captured_at": CAPTURED_AT,
+                "tool": "http.get",
+            },
         )
         assert replay.status_code == 200, replay.text  # idempotent: already stored
         assert replay.json()["id"] == replay_ack["id"]

@@ -67,7 +67,9 @@ class Web:
 
             def do_GET(self) -> None:
                 with web._lock:
-                    web.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                    web.requests.append(
+                        (self.path, {k.lower(): v for k, v in self.headers.items()})
+                    )
                     reply = web.routes.get(self.path, web.fallback)
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -127,30 +129,58 @@ DEADLINE = "Applications must be submitted no later than 30 June 2025."
 PROOF = "Applicants are required to provide proof of address."
 DESK = "Questions about this policy go to the HR service desk on the intranet."
 COURT = "The Court of Appeal upheld the lower court's ruling in the licensing dispute."
-PORTAL = "The new portal was launched by the Department of Health in partnership with local councils."
+PORTAL = (
+    "The new portal was launched by the Department of Health in partnership with local councils."
+)
 LIMIT = "The search endpoint returns at most 100 results per page."
 
 
-def page(*paragraphs: str, title: str = "Parental leave policy", nav: str = NAV,
-         footer: str = FOOTER, extra_head: str = "") -> bytes:
+def page(
+    *paragraphs: str,
+    title: str = "Parental leave policy",
+    nav: str = NAV,
+    footer: str = FOOTER,
+    extra_head: str = "",
+) -> bytes:
     body = "\n".join(f"<p>{p}</p>" for p in paragraphs)
-    return (f"<!doctype html><html><head><title>{title}</title>{extra_head}</head><body>"
-            f"<nav>{nav}</nav><main><h1>{title}</h1>\n{body}\n</main>"
-            f"<footer>{footer}</footer></body></html>").encode()
+    return (
+        f"<!doctype html><html><head><title>{title}</title>{extra_head}</head><body>"
+        f"<nav>{nav}</nav><main><h1>{title}</h1>\n{body}\n</main>"
+        f"<footer>{footer}</footer></body></html>"
+    ).encode()
 
 
 ORIGINAL = page(SCOPE, LEAVE, DEADLINE, PROOF, DESK)
-NEWS = page("By our legal correspondent.", COURT,
-            "The case concerned a licence granted to a waste operator in 2019.",
-            title="Appeal ruling in licensing dispute")
-LAUNCH = page("Press release, 3 February 2025.", PORTAL,
-              "Residents can book appointments and renew prescriptions online.",
-              title="New health portal")
-API_DOC = page("Pagination", LIMIT, "Use the next link in the response to fetch more.",
-               title="Search API reference")
-HOME = page("Welcome to the Example Agency.", "Find guidance, forms and news.", title="Example Agency")
-PDF_ORIGINAL = make_pdf([[b"Annual report 2024.", b"Operating costs rose by 12 percent in 2024.",
-                          b"The board approved the budget."]])
+NEWS = page(
+    "By our legal correspondent.",
+    COURT,
+    "The case concerned a licence granted to a waste operator in 2019.",
+    title="Appeal ruling in licensing dispute",
+)
+LAUNCH = page(
+    "Press release, 3 February 2025.",
+    PORTAL,
+    "Residents can book appointments and renew prescriptions online.",
+    title="New health portal",
+)
+API_DOC = page(
+    "Pagination",
+    LIMIT,
+    "Use the next link in the response to fetch more.",
+    title="Search API reference",
+)
+HOME = page(
+    "Welcome to the Example Agency.", "Find guidance, forms and news.", title="Example Agency"
+)
+PDF_ORIGINAL = make_pdf(
+    [
+        [
+            b"Annual report 2024.",
+            b"Operating costs rose by 12 percent in 2024.",
+            b"The board approved the budget.",
+        ]
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -176,51 +206,205 @@ def _swap(original: bytes, old: str, new: str) -> bytes:
 
 CASES = [
     Case("identical", ORIGINAL, LEAVE, Reply(body=ORIGINAL), "identical"),
-    Case("not-modified", ORIGINAL, DEADLINE, Reply(body=ORIGINAL, etag='"v7"'), "identical",
-         capture_headers={"etag": '"v7"'}),
-    Case("markup-only", ORIGINAL, LEAVE, Reply(body=_swap(
-        ORIGINAL, LEAVE, "Employees are entitled to\n   <strong class='hl'>sixteen weeks</strong>"
-        "   of <em>paid</em> parental leave.")), "cosmetic"),
-    Case("boilerplate", ORIGINAL, LEAVE, Reply(body=page(
-        SCOPE, LEAVE, DEADLINE, PROOF, DESK, nav="Home | Services | News | Sign in",
-        footer="© 2025 Example Agency. Cookies help us improve this site.")), "cosmetic"),
-    Case("moved", ORIGINAL, LEAVE, Reply(body=page(DESK, PROOF, DEADLINE, SCOPE, LEAVE)), "cosmetic"),
-    Case("other-paragraph", ORIGINAL, LEAVE, Reply(body=page(
-        SCOPE, LEAVE, DEADLINE, PROOF, "Questions about this policy go to your line manager.")),
-        "cosmetic"),
+    Case(
+        "not-modified",
+        ORIGINAL,
+        DEADLINE,
+        Reply(body=ORIGINAL, etag='"v7"'),
+        "identical",
+        capture_headers={"etag": '"v7"'},
+    ),
+    Case(
+        "markup-only",
+        ORIGINAL,
+        LEAVE,
+        Reply(
+            body=_swap(
+                ORIGINAL,
+                LEAVE,
+                "Employees are entitled to\n   <strong class='hl'>sixteen weeks</strong>"
+                "   of <em>paid</em> parental leave.",
+            )
+        ),
+        "cosmetic",
+    ),
+    Case(
+        "boilerplate",
+        ORIGINAL,
+        LEAVE,
+        Reply(
+            body=page(
+                SCOPE,
+                LEAVE,
+                DEADLINE,
+                PROOF,
+                DESK,
+                nav="Home | Services | News | Sign in",
+                footer="© 2025 Example Agency. Cookies help us improve this site.",
+            )
+        ),
+        "cosmetic",
+    ),
+    Case(
+        "moved", ORIGINAL, LEAVE, Reply(body=page(DESK, PROOF, DEADLINE, SCOPE, LEAVE)), "cosmetic"
+    ),
+    Case(
+        "other-paragraph",
+        ORIGINAL,
+        LEAVE,
+        Reply(
+            body=page(
+                SCOPE,
+                LEAVE,
+                DEADLINE,
+                PROOF,
+                "Questions about this policy go to your line manager.",
+            )
+        ),
+        "cosmetic",
+    ),
     Case("deleted", ORIGINAL, LEAVE, Reply(body=page(SCOPE, DEADLINE, PROOF, DESK)), "material"),
-    Case("reworded", LAUNCH, PORTAL, Reply(body=_swap(
-        LAUNCH, PORTAL, "The Department of Health launched the new portal together with local councils.")),
-        "material"),
-    Case("negated", ORIGINAL, PROOF, Reply(body=_swap(
-        ORIGINAL, PROOF, "Applicants are not required to provide proof of address.")), "reversal"),
-    Case("outcome-reversed", NEWS, COURT, Reply(body=_swap(
-        NEWS, COURT, "The Court of Appeal overturned the lower court's ruling in the licensing dispute.")),
-        "reversal"),
-    Case("number-changed", ORIGINAL, LEAVE, Reply(body=_swap(
-        ORIGINAL, LEAVE, "Employees are entitled to twelve weeks of paid parental leave.")), "reversal"),
-    Case("date-changed", ORIGINAL, DEADLINE, Reply(body=_swap(
-        ORIGINAL, DEADLINE, "Applications must be submitted no later than 31 July 2025.")), "reversal"),
-    Case("limit-changed", API_DOC, LIMIT, Reply(body=_swap(
-        API_DOC, LIMIT, "The search endpoint returns at most 50 results per page.")), "reversal"),
-    Case("moved-to-other-document", ORIGINAL, LEAVE, Reply(301, headers={"Location": "/docs/elsewhere"}),
-         "material", redirect="/docs/elsewhere"),
-    Case("moved-to-home", ORIGINAL, LEAVE, Reply(301, headers={"Location": "/"}), "soft_404", redirect="/"),
+    Case(
+        "reworded",
+        LAUNCH,
+        PORTAL,
+        Reply(
+            body=_swap(
+                LAUNCH,
+                PORTAL,
+                "The Department of Health launched the new portal together with local councils.",
+            )
+        ),
+        "material",
+    ),
+    Case(
+        "negated",
+        ORIGINAL,
+        PROOF,
+        Reply(
+            body=_swap(ORIGINAL, PROOF, "Applicants are not required to provide proof of address.")
+        ),
+        "reversal",
+    ),
+    Case(
+        "outcome-reversed",
+        NEWS,
+        COURT,
+        Reply(
+            body=_swap(
+                NEWS,
+                COURT,
+                "The Court of Appeal overturned the lower court's ruling in the licensing dispute.",
+            )
+        ),
+        "reversal",
+    ),
+    Case(
+        "number-changed",
+        ORIGINAL,
+        LEAVE,
+        Reply(
+            body=_swap(
+                ORIGINAL, LEAVE, "Employees are entitled to twelve weeks of paid parental leave."
+            )
+        ),
+        "reversal",
+    ),
+    Case(
+        "date-changed",
+        ORIGINAL,
+        DEADLINE,
+        Reply(
+            body=_swap(
+                ORIGINAL, DEADLINE, "Applications must be submitted no later than 31 July 2025."
+            )
+        ),
+        "reversal",
+    ),
+    Case(
+        "limit-changed",
+        API_DOC,
+        LIMIT,
+        Reply(
+            body=_swap(API_DOC, LIMIT, "The search endpoint returns at most 50 results per page.")
+        ),
+        "reversal",
+    ),
+    Case(
+        "moved-to-other-document",
+        ORIGINAL,
+        LEAVE,
+        Reply(301, headers={"Location": "/docs/elsewhere"}),
+        "material",
+        redirect="/docs/elsewhere",
+    ),
+    Case(
+        "moved-to-home",
+        ORIGINAL,
+        LEAVE,
+        Reply(301, headers={"Location": "/"}),
+        "soft_404",
+        redirect="/",
+    ),
     Case("not-found", ORIGINAL, LEAVE, Reply(404, b"<html><body>Not found</body></html>"), "gone"),
     Case("removed", ORIGINAL, LEAVE, Reply(410, b"<html><body>Gone</body></html>"), "gone"),
-    Case("soft-404", ORIGINAL, LEAVE, Reply(200, page(
-        "Sorry, the page you were looking for could not be found.", "Try the search box above.",
-        title="Page not found")), "soft_404"),
-    Case("timeout", ORIGINAL, LEAVE, Reply(body=ORIGINAL + b" ", delay=3 * FETCH_TIMEOUT), "unreachable"),
-    Case("server-error", ORIGINAL, LEAVE, Reply(500, b"<html><body>Internal error</body></html>"),
-         "unreachable"),
-    Case("pdf-changed", PDF_ORIGINAL, "Operating costs rose by 12 percent in 2024.", Reply(
-        body=make_pdf([[b"Annual report 2024.", b"Operating costs rose by 21 percent in 2024.",
-                        b"The board approved the budget."]]), content_type="application/pdf"),
-        "reversal", content_type="application/pdf"),
-    Case("pdf-resaved", PDF_ORIGINAL, "The board approved the budget.", Reply(
-        body=PDF_ORIGINAL + b"\n% re-saved by the publisher\n", content_type="application/pdf"),
-        "cosmetic", content_type="application/pdf"),
+    Case(
+        "soft-404",
+        ORIGINAL,
+        LEAVE,
+        Reply(
+            200,
+            page(
+                "Sorry, the page you were looking for could not be found.",
+                "Try the search box above.",
+                title="Page not found",
+            ),
+        ),
+        "soft_404",
+    ),
+    Case(
+        "timeout",
+        ORIGINAL,
+        LEAVE,
+        Reply(body=ORIGINAL + b" ", delay=3 * FETCH_TIMEOUT),
+        "unreachable",
+    ),
+    Case(
+        "server-error",
+        ORIGINAL,
+        LEAVE,
+        Reply(500, b"<html><body>Internal error</body></html>"),
+        "unreachable",
+    ),
+    Case(
+        "pdf-changed",
+        PDF_ORIGINAL,
+        "Operating costs rose by 12 percent in 2024.",
+        Reply(
+            body=make_pdf(
+                [
+                    [
+                        b"Annual report 2024.",
+                        b"Operating costs rose by 21 percent in 2024.",
+                        b"The board approved the budget.",
+                    ]
+                ]
+            ),
+            content_type="application/pdf",
+        ),
+        "reversal",
+        content_type="application/pdf",
+    ),
+    Case(
+        "pdf-resaved",
+        PDF_ORIGINAL,
+        "The board approved the budget.",
+        Reply(
+            body=PDF_ORIGINAL + b"\n% re-saved by the publisher\n", content_type="application/pdf"
+        ),
+        "cosmetic",
+        content_type="application/pdf",
+    ),
 ]
 REVIEWED = {c.name for c in CASES if c.verdict == "reversal"}
 
@@ -233,8 +417,14 @@ def settings(settings: Settings) -> Settings:
     """The backend pair's settings, with the loopback origin opened and a fast drift policy."""
     return settings.with_overrides(
         fetch_allow=("127.0.0.1",),
-        extra={"drift": {"host_delay_seconds": 0.0, "host_concurrency": 8, "timeout_seconds": FETCH_TIMEOUT,
-                         "concurrency": 16}},
+        extra={
+            "drift": {
+                "host_delay_seconds": 0.0,
+                "host_concurrency": 8,
+                "timeout_seconds": FETCH_TIMEOUT,
+                "concurrency": 16,
+            }
+        },
     )
 
 
@@ -251,16 +441,38 @@ def catch_all() -> Iterator[Web]:
         yield origin
 
 
-def cite(client: Any, transcript: str, uri_r: str, original: bytes, quote: str, *,
-         content_type: str = "text/html; charset=utf-8", headers: dict[str, str] | None = None) -> dict[str, Any]:
+def cite(
+    client: Any,
+    transcript: str,
+    uri_r: str,
+    original: bytes,
+    quote: str,
+    *,
+    content_type: str = "text/html; charset=utf-8",
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     client.put(f"/api/v1/transcripts/{transcript}", json={"retention": "P1Y"})
     import base64
 
-    response = client.post(f"/api/v1/transcripts/{transcript}/citations", json={"citations": [{
-        "source": {"uri_r": uri_r, "content_base64": base64.b64encode(original).decode(),
-                   "content_type": content_type, "captured_at": "2025-03-01T10:00:00Z",
-                   "tool": "http.get", "http_status": 200, "headers": headers or {}},
-        "quote": {"exact": quote}}]})
+    response = client.post(
+        f"/api/v1/transcripts/{transcript}/citations",
+        json={
+            "citations": [
+                {
+                    "source": {
+                        "uri_r": uri_r,
+                        "content_base64": base64.b64encode(original).decode(),
+                        "content_type": content_type,
+                        "captured_at": "2025-03-01T10:00:00Z",
+                        "tool": "http.get",
+                        "http_status": 200,
+                        "headers": headers or {},
+                    },
+                    "quote": {"exact": quote},
+                }
+            ]
+        },
+    )
     assert response.status_code == 201, response.text
     made: dict[str, Any] = response.json()["citations"][0]
     return made
@@ -278,13 +490,24 @@ class World:
 def world(client: Any, archive: Archive, web: Web) -> World:
     cited = {}
     for case in CASES:
-        cited[case.name] = cite(client, f"t-{case.name}", web.base + case.path, case.original,
-                                case.quote, content_type=case.content_type,
-                                headers=case.capture_headers)
+        cited[case.name] = cite(
+            client,
+            f"t-{case.name}",
+            web.base + case.path,
+            case.original,
+            case.quote,
+            content_type=case.content_type,
+            headers=case.capture_headers,
+        )
         assert case.served is not None
         web.routes[case.path] = case.served
-    web.routes["/docs/elsewhere"] = Reply(body=page(
-        "Our offices are open Monday to Friday.", "Parking is available on site.", title="Visiting us"))
+    web.routes["/docs/elsewhere"] = Reply(
+        body=page(
+            "Our offices are open Monday to Friday.",
+            "Parking is available on site.",
+            title="Visiting us",
+        )
+    )
     web.routes["/"] = Reply(body=HOME)
     return World(client, archive, web, cited)
 
@@ -313,7 +536,10 @@ def test_each_change_gets_its_verdict(world: World) -> None:
         assert check.uri_r == world.web.base + case.path
         assert check.rules_version.startswith("amber-drift-")
     assert found["not-modified"].http_status == 304
-    assert found["identical"].http_status == 200 and found["identical"].live_hash == world.cited["identical"]["document_hash"]
+    assert (
+        found["identical"].http_status == 200
+        and found["identical"].live_hash == world.cited["identical"]["document_hash"]
+    )
     assert found["not-found"].http_status == 404 and found["removed"].http_status == 410
     assert found["timeout"].http_status is None and "timed out" in (found["timeout"].error or "")
     assert found["server-error"].http_status == 500
@@ -353,7 +579,10 @@ def test_checks_are_stored_with_history_and_shown_on_transcripts(world: World) -
     assert [c["id"] for c in body["checks"]] == [body["latest"]["id"]]
     transcript = world.client.get("/api/v1/transcripts/t-negated").json()
     assert transcript["citations"][0]["drift"]["verdict"] == "reversal"
-    assert transcript["citations"][0]["drift"]["new_passage_uri_m"] == body["latest"]["new_passage_uri_m"]
+    assert (
+        transcript["citations"][0]["drift"]["new_passage_uri_m"]
+        == body["latest"]["new_passage_uri_m"]
+    )
     unchecked = cite(world.client, "t-fresh", world.web.base + "/docs/fresh", ORIGINAL, SCOPE)
     assert world.client.get("/api/v1/transcripts/t-fresh").json()["citations"][0]["drift"] is None
     assert world.client.get(f"/api/v1/citations/{unchecked['id']}/drift").json()["latest"] is None
@@ -381,8 +610,9 @@ def test_changed_passage_is_archived_as_a_new_memento_in_the_timemap(world: Worl
     assert found["number-changed"].live_document_memento_id is None
     # What the check archived lives as long as the transcript it was checked for.
     with world.archive.index.read() as connection:
-        expires = connection.execute(text("SELECT expires_at FROM mementos WHERE id = :i"),
-                                     {"i": memento.id}).scalar_one()
+        expires = connection.execute(
+            text("SELECT expires_at FROM mementos WHERE id = :i"), {"i": memento.id}
+        ).scalar_one()
     assert expires is not None and str(expires)[:4] >= str(utc_now().year + 1)[:4]
 
 
@@ -395,7 +625,9 @@ def test_each_uri_r_is_fetched_once_and_probed_once_per_host(world: World) -> No
     assert len(probes) == 1 and probes[0].startswith("/docs/amber-drift-probe-")
 
 
-def test_catch_all_host_is_a_soft_404_by_probe(client: Any, archive: Archive, catch_all: Web) -> None:
+def test_catch_all_host_is_a_soft_404_by_probe(
+    client: Any, archive: Archive, catch_all: Web
+) -> None:
     cited = cite(client, "t-catch", catch_all.base + "/news/2019/appeal-ruling", NEWS, COURT)
     [check] = archive.drift.run()
     assert check.citation_id == cited["id"]
@@ -421,18 +653,31 @@ def test_reversal_sets_needs_review_and_an_auditor_clears_it(world: World) -> No
     assert "t-identical" in {t["id"] for t in not_flagged}
     assert not {t["id"] for t in not_flagged} & {f"t-{n}" for n in REVIEWED}
 
-    cleared = world.client.post("/api/v1/transcripts/t-negated/review",
-                                json={"note": "Checked: the requirement was dropped in the 2025 revision."})
+    cleared = world.client.post(
+        "/api/v1/transcripts/t-negated/review",
+        json={"note": "Checked: the requirement was dropped in the 2025 revision."},
+    )
     assert cleared.status_code == 200, cleared.text
     assert cleared.json()["needs_review"] is False
     assert cleared.json()["cleared_note"].startswith("Checked")
     assert cleared.json()["cleared_at"] and cleared.json()["cleared_by"]
     remaining = {t["id"] for t in world.client.get("/api/v1/transcripts?needs_review=true").json()}
     assert remaining == {f"t-{n}" for n in REVIEWED} - {"t-negated"}
-    assert world.client.post("/api/v1/transcripts/t-negated/review", json={"note": ""}).status_code == 422
-    assert world.client.post("/api/v1/transcripts/t-negated/review", json={"note": "a\x00b"}).status_code == 400
+    assert (
+        world.client.post("/api/v1/transcripts/t-negated/review", json={"note": ""}).status_code
+        == 422
+    )
+    assert (
+        world.client.post(
+            "/api/v1/transcripts/t-negated/review", json={"note": "a\x00b"}
+        ).status_code
+        == 400
+    )
     assert world.client.get("/api/v1/citations/not-an-id/drift").status_code == 422
-    assert world.client.post("/api/v1/transcripts/t-nope/review", json={"note": "x"}).status_code == 404
+    assert (
+        world.client.post("/api/v1/transcripts/t-nope/review", json={"note": "x"}).status_code
+        == 404
+    )
     # The same finding two days later does not re-open a cleared review.
     later = world.archive.drift.run(now=utc_now() + timedelta(days=2))
     assert by_case(world, later)["negated"].verdict == "reversal"
@@ -441,9 +686,12 @@ def test_reversal_sets_needs_review_and_an_auditor_clears_it(world: World) -> No
     assert "t-negated" not in remaining
 
 
-def test_review_on_is_configurable(client: Any, archive: Archive, settings: Settings, web: Web) -> None:
-    strict = settings.with_overrides(extra={"drift": {**settings.extra["drift"],
-                                                      "review_on": ["reversal", "material", "gone"]}})
+def test_review_on_is_configurable(
+    client: Any, archive: Archive, settings: Settings, web: Web
+) -> None:
+    strict = settings.with_overrides(
+        extra={"drift": {**settings.extra["drift"], "review_on": ["reversal", "material", "gone"]}}
+    )
     cite(client, "t-del", web.base + "/docs/deleted", ORIGINAL, LEAVE)
     cite(client, "t-404", web.base + "/docs/404", ORIGINAL, LEAVE)
     web.routes["/docs/deleted"] = Reply(body=page(SCOPE, DEADLINE))
@@ -453,7 +701,9 @@ def test_review_on_is_configurable(client: Any, archive: Archive, settings: Sett
     finally:
         other.close()
     assert {c.transcript_id: (c.verdict, c.flagged) for c in checks} == {
-        "t-del": ("material", True), "t-404": ("gone", True)}
+        "t-del": ("material", True),
+        "t-404": ("gone", True),
+    }
 
 
 # -- scheduling, idempotency, kill-safety ---------------------------------------------------
@@ -468,8 +718,14 @@ def test_rerun_checks_nothing_until_the_interval_has_passed(world: World) -> Non
     much_later = world.archive.drift.run(now=utc_now() + timedelta(days=2))
     assert len(much_later) == len(CASES)
     # The same new wording is not archived twice: the later check links the same memento.
-    before, after = by_case(world, first)["number-changed"], by_case(world, much_later)["number-changed"]
-    assert before.new_passage_memento_id and after.new_passage_memento_id == before.new_passage_memento_id
+    before, after = (
+        by_case(world, first)["number-changed"],
+        by_case(world, much_later)["number-changed"],
+    )
+    assert (
+        before.new_passage_memento_id
+        and after.new_passage_memento_id == before.new_passage_memento_id
+    )
     timemap = world.client.get(f"/timemap/json/{before.uri_r}").json()
     assert len(timemap["mementos"]["list"]) == 2
     history = world.client.get(f"/api/v1/citations/{world.cited['negated']['id']}/drift").json()
@@ -483,28 +739,47 @@ def test_a_later_check_never_links_a_new_passage_deleted_since(world: World) -> 
     first = by_case(world, world.archive.drift.run())["number-changed"]
     assert first.new_passage_memento_id is not None
     world.archive.retention.erase("default", first.new_passage_memento_id, "takedown", "admin-key")
-    later = by_case(world, world.archive.drift.run(now=utc_now() + timedelta(days=2)))["number-changed"]
+    later = by_case(world, world.archive.drift.run(now=utc_now() + timedelta(days=2)))[
+        "number-changed"
+    ]
     assert later.verdict == first.verdict and later.new_passage_hash == first.new_passage_hash
     assert later.new_passage_memento_id is None
 
 
 @pytest.mark.seaweedfs
-def test_drift_captures_are_locked_from_their_first_write(seaweedfs_settings: Settings, tmp_path: Path,
-                                                          web: Web) -> None:
+def test_drift_captures_are_locked_from_their_first_write(
+    seaweedfs_settings: Settings, tmp_path: Path, web: Web
+) -> None:
     """With S3 Object Lock, a passage a drift check archives is locked like any other new
     evidence at once, not only when a later lock sync reaches it."""
     from archive.citations import CitationRequest, QuoteRequest, SourceRequest
 
     locked = seaweedfs_settings.with_overrides(
-        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
-        s3_object_lock_mode="GOVERNANCE", fetch_allow=("127.0.0.1",),
-        extra={"drift": {"host_delay_seconds": 0.0, "timeout_seconds": FETCH_TIMEOUT}})
+        data_dir=tmp_path / "amber",
+        database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE",
+        fetch_allow=("127.0.0.1",),
+        extra={"drift": {"host_delay_seconds": 0.0, "timeout_seconds": FETCH_TIMEOUT}},
+    )
     archive = Archive.open(locked)
     try:
         archive.transcripts.put("default", "t-locked", "P1Y", {})
-        archive.citations.cite("default", "t-locked", [CitationRequest(QuoteRequest(LEAVE), source=SourceRequest(
-            uri_r=web.base + "/docs/locked", content=ORIGINAL, content_type="text/html; charset=utf-8",
-            tool="http.get", http_status=200))])
+        archive.citations.cite(
+            "default",
+            "t-locked",
+            [
+                CitationRequest(
+                    QuoteRequest(LEAVE),
+                    source=SourceRequest(
+                        uri_r=web.base + "/docs/locked",
+                        content=ORIGINAL,
+                        content_type="text/html; charset=utf-8",
+                        tool="http.get",
+                        http_status=200,
+                    ),
+                )
+            ],
+        )
         web.routes["/docs/locked"] = Reply(body=ORIGINAL.replace(b"sixteen", b"twelve"))
         [check] = archive.drift.run()
         assert check.new_passage_memento_id is not None
@@ -533,7 +808,9 @@ def test_limit_and_a_killed_run_resume_where_they_stopped(world: World) -> None:
     assert not {c.citation_id for c in partial} & {c.citation_id for c in rest}
 
 
-def test_a_run_killed_before_its_commit_leaves_everything_due(world: World, monkeypatch: Any) -> None:
+def test_a_run_killed_before_its_commit_leaves_everything_due(
+    world: World, monkeypatch: Any
+) -> None:
     def crash(batch: Any) -> Any:
         raise KeyboardInterrupt("killed")
 
@@ -544,7 +821,9 @@ def test_a_run_killed_before_its_commit_leaves_everything_due(world: World, monk
     assert len(world.archive.drift.run()) == len(CASES)
 
 
-def test_a_bug_on_one_page_leaves_it_due_and_the_rest_stored(world: World, monkeypatch: Any) -> None:
+def test_a_bug_on_one_page_leaves_it_due_and_the_rest_stored(
+    world: World, monkeypatch: Any
+) -> None:
     from archive import drift_rules
 
     real = drift_rules.classify
@@ -559,7 +838,10 @@ def test_a_bug_on_one_page_leaves_it_due_and_the_rest_stored(world: World, monke
     assert summary.failed == 1 and len(summary.checks) == len(CASES) - 1
     monkeypatch.undo()
     [retried] = world.archive.drift.run()
-    assert retried.citation_id == world.cited["outcome-reversed"]["id"] and retried.verdict == "reversal"
+    assert (
+        retried.citation_id == world.cited["outcome-reversed"]["id"]
+        and retried.verdict == "reversal"
+    )
 
 
 def test_non_web_uri_rs_are_not_checkable(client: Any, archive: Archive) -> None:
@@ -594,11 +876,15 @@ def test_drift_rates_per_source_host(world: World, catch_all: Web) -> None:
 
 
 def test_keep_document_archives_the_live_page(client: Any, settings: Settings, web: Web) -> None:
-    keeping = settings.with_overrides(extra={**settings.extra, "citations": {"keep_document": True}})
+    keeping = settings.with_overrides(
+        extra={**settings.extra, "citations": {"keep_document": True}}
+    )
     opened = Archive.open(keeping)
     try:
         cite(client, "t-keep", web.base + "/docs/keep", ORIGINAL, LEAVE)
-        changed = _swap(ORIGINAL, LEAVE, "Employees are entitled to twelve weeks of paid parental leave.")
+        changed = _swap(
+            ORIGINAL, LEAVE, "Employees are entitled to twelve weeks of paid parental leave."
+        )
         web.routes["/docs/keep"] = Reply(body=changed)
         [check] = opened.drift.run()
         assert check.verdict == "reversal" and check.live_document_memento_id is not None
@@ -614,7 +900,9 @@ def test_keep_document_archives_the_live_page(client: Any, settings: Settings, w
 
 def _cli_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
     config = tmp_path / "amber.toml"
-    config.write_text(f"[drift]\nhost_delay_seconds = 0.0\nhost_concurrency = 8\ntimeout_seconds = {FETCH_TIMEOUT}\n")
+    config.write_text(
+        f"[drift]\nhost_delay_seconds = 0.0\nhost_concurrency = 8\ntimeout_seconds = {FETCH_TIMEOUT}\n"
+    )
     env = env_for(settings)
     env["AMBER_CONFIG"] = str(config)
     return env
@@ -627,8 +915,15 @@ def test_cli_drift_run_json_and_report(world: World, settings: Settings, tmp_pat
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 6
     for line in lines:
-        assert {"citation_id", "memento_id", "uri_r", "verdict", "redirected_to", "http_status",
-                "checked_at"} <= set(line)
+        assert {
+            "citation_id",
+            "memento_id",
+            "uri_r",
+            "verdict",
+            "redirected_to",
+            "http_status",
+            "checked_at",
+        } <= set(line)
         assert line["verdict"] in VERDICTS
     result = CliRunner().invoke(main, ["drift", "run"], env=env)
     assert result.exit_code == 0, result.output
@@ -641,7 +936,9 @@ def test_cli_drift_run_json_and_report(world: World, settings: Settings, tmp_pat
     assert json.loads(as_json.stdout)["sources"][0]["citations_checked"] > 0
 
 
-@pytest.mark.parametrize("command", [["drift", "--help"], ["drift", "run", "--help"], ["drift", "report", "--help"]])
+@pytest.mark.parametrize(
+    "command", [["drift", "--help"], ["drift", "run", "--help"], ["drift", "report", "--help"]]
+)
 def test_cli_help_has_examples(command: list[str]) -> None:
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 0 and "Example" in result.output

@@ -40,7 +40,9 @@ def post_raw(client: Any, body: bytes, content_type: str = "application/json") -
     ],
 )
 def test_hostile_uri_r_on_write(client: Any, archive: Archive, uri_r: str) -> None:
-    response = post_raw(client, json.dumps({"uri_r": uri_r, "content": "x", "content_type": "text/plain"}).encode())
+    response = post_raw(
+        client, json.dumps({"uri_r": uri_r, "content": "x", "content_type": "text/plain"}).encode()
+    )
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["error"]["code"] in {"invalid_uri", "invalid_request"}
     assert nothing_stored(archive)
@@ -69,10 +71,14 @@ def test_hostile_paths_are_4xx(client: Any, path: str) -> None:
 def test_header_injection_through_stored_uri_r_cannot_break_headers(client: Any) -> None:
     # Characters that are legal in a URI-R but dangerous in headers are percent-encoded.
     uri_r = 'https://ex.org/a?q=<x>,"y";rel=evil'
-    created = client.post("/api/v1/mementos", json={"uri_r": uri_r, "content": "x", "content_type": "text/plain"})
+    created = client.post(
+        "/api/v1/mementos", json={"uri_r": uri_r, "content": "x", "content_type": "text/plain"}
+    )
     assert created.status_code == 400  # '<', '>' and '"' are not allowed in a URI-R at all
     uri_r = "https://ex.org/a?q=x,y;rel=evil&z=é"
-    created = client.post("/api/v1/mementos", json={"uri_r": uri_r, "content": "x", "content_type": "text/plain"})
+    created = client.post(
+        "/api/v1/mementos", json={"uri_r": uri_r, "content": "x", "content_type": "text/plain"}
+    )
     assert created.status_code == 201
     link = client.get(created.json()["uri_m"]).headers["link"]
     assert link.isascii() and "\r" not in link and "\n" not in link
@@ -84,10 +90,20 @@ def test_header_injection_through_stored_uri_r_cannot_break_headers(client: Any)
 
 @pytest.mark.parametrize(
     "content_type",
-    ["text/html\r\nX-Injected: 1", "text/html\nX: 1", "../../etc", "text/html; charset=\"utf\r\n-8\"", "a" * 300],
+    [
+        "text/html\r\nX-Injected: 1",
+        "text/html\nX: 1",
+        "../../etc",
+        'text/html; charset="utf\r\n-8"',
+        "a" * 300,
+    ],
 )
-def test_content_type_cannot_inject_headers(client: Any, archive: Archive, content_type: str) -> None:
-    response = client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": "x", "content_type": content_type})
+def test_content_type_cannot_inject_headers(
+    client: Any, archive: Archive, content_type: str
+) -> None:
+    response = client.post(
+        "/api/v1/mementos", json={"uri_r": URI_R, "content": "x", "content_type": content_type}
+    )
     assert response.status_code in (400, 422)
     assert nothing_stored(archive)
 
@@ -96,7 +112,10 @@ def test_content_type_cannot_inject_headers(client: Any, archive: Archive, conte
     ("body", "content_type"),
     [
         (b"\xff\xfe\x00garbage", "application/json"),
-        (b'{"uri_r": "https://ex.org/", "content": "\xc3\x28", "content_type": "text/plain"}', "application/json"),
+        (
+            b'{"uri_r": "https://ex.org/", "content": "\xc3\x28", "content_type": "text/plain"}',
+            "application/json",
+        ),
         (b"[" * 100_000 + b"]" * 100_000, "application/json"),
         (b'{"a":' * 5000 + b"1" + b"}" * 5000, "application/json"),
         (b"uri_r=https://ex.org/&content=x", "application/x-www-form-urlencoded"),
@@ -117,11 +136,29 @@ def test_malformed_bodies(client: Any, archive: Archive, body: bytes, content_ty
 def test_error_bodies_never_echo_captured_text(client: Any) -> None:
     secret = "SSN 078-05-1120 belongs to Jane Roe"
     responses = [
-        client.post("/api/v1/mementos", json={"uri_r": "bad uri", "content": secret, "content_type": "text/plain"}),
-        client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "bad type"}),
-        client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_base64": secret, "content_type": "text/plain"}),
-        client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain", "extra": secret}),
-        client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": 5, "content_type": secret}),
+        client.post(
+            "/api/v1/mementos",
+            json={"uri_r": "bad uri", "content": secret, "content_type": "text/plain"},
+        ),
+        client.post(
+            "/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "bad type"}
+        ),
+        client.post(
+            "/api/v1/mementos",
+            json={
+                "uri_r": URI_R,
+                "content": secret,
+                "content_base64": secret,
+                "content_type": "text/plain",
+            },
+        ),
+        client.post(
+            "/api/v1/mementos",
+            json={"uri_r": URI_R, "content": secret, "content_type": "text/plain", "extra": secret},
+        ),
+        client.post(
+            "/api/v1/mementos", json={"uri_r": URI_R, "content": 5, "content_type": secret}
+        ),
     ]
     for response in responses:
         assert 400 <= response.status_code < 500
@@ -129,7 +166,9 @@ def test_error_bodies_never_echo_captured_text(client: Any) -> None:
         assert "078-05-1120" not in response.text
 
 
-def test_captured_text_never_reaches_logs(client: Any, archive: Archive, caplog: pytest.LogCaptureFixture) -> None:
+def test_captured_text_never_reaches_logs(
+    client: Any, archive: Archive, caplog: pytest.LogCaptureFixture
+) -> None:
     """Every path that logs (success, refusals, integrity failure) stays free of content."""
     import logging
 
@@ -137,12 +176,23 @@ def test_captured_text_never_reaches_logs(client: Any, archive: Archive, caplog:
 
     secret = "PATIENT Jane Roe, DOB 1970-01-01, diagnosis confidential"
     caplog.set_level(logging.DEBUG)
-    made = client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain"})
+    made = client.post(
+        "/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain"}
+    )
     assert made.status_code == 201
     client.get(made.json()["uri_m"])
-    client.post("/api/v1/mementos", json={"uri_r": "bad", "content": secret, "content_type": "text/plain"})
-    client.post("/api/v1/mementos", json={"uri_r": URI_R, "content": secret, "content_type": "text/plain",
-                                          "captured_at": "2999-01-01T00:00:00Z"})
+    client.post(
+        "/api/v1/mementos", json={"uri_r": "bad", "content": secret, "content_type": "text/plain"}
+    )
+    client.post(
+        "/api/v1/mementos",
+        json={
+            "uri_r": URI_R,
+            "content": secret,
+            "content_type": "text/plain",
+            "captured_at": "2999-01-01T00:00:00Z",
+        },
+    )
     if isinstance(archive.blobs, LocalBlobStore):  # force the loudest path: an integrity error
         memento = archive.get_memento("default", made.json()["id"])
         archive.blobs.path_for(memento.content_hash).write_bytes(secret.encode() + b" tampered")

@@ -18,12 +18,25 @@ from archive.schema import schema_migrations
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def make(tenant: str = "default", key: str = "https://ex.org/", at: datetime = T0,
-         content: str = "blake3:" + "a" * 64, scope: Scope = Scope.DOCUMENT) -> Memento:
+def make(
+    tenant: str = "default",
+    key: str = "https://ex.org/",
+    at: datetime = T0,
+    content: str = "blake3:" + "a" * 64,
+    scope: Scope = Scope.DOCUMENT,
+) -> Memento:
     return Memento(
-        id=memento_id(tenant, key, at, content), tenant=tenant, uri_r=key, urir_key=key,
-        captured_at=at, archived_at=datetime.now(UTC), content_hash=content,
-        blob_version_id=None, media_type="text/plain", size=1, scope=scope,
+        id=memento_id(tenant, key, at, content),
+        tenant=tenant,
+        uri_r=key,
+        urir_key=key,
+        captured_at=at,
+        archived_at=datetime.now(UTC),
+        content_hash=content,
+        blob_version_id=None,
+        media_type="text/plain",
+        size=1,
+        scope=scope,
         facts=CaptureFacts(tool="http.get", headers={"etag": '"x"'}),
     )
 
@@ -118,6 +131,7 @@ def test_neighbours_read_one_snapshot_of_a_sqlite_index(tmp_path: Any) -> None:
         early, late = make(content=content(1)), make(at=T0 + timedelta(days=1), content=content(2))
         insert(index, early)
         with index.lookups.snapshot() as first_row:
+
             def live(memento: Memento) -> Any:
                 return first_row(index._memento_by_id, tenant="default", id=memento.id)
 

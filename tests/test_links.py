@@ -266,20 +266,30 @@ def test_link_helper_matches_link_dataclass(
 
 
 def test_text_fragment_encodes_directive_syntax_inside_terms() -> None:
-    url = text_fragment_url("https://ex.org/p?q=1#top", "fees - 5%, or more & less", "the", "per year")
-    assert url == "https://ex.org/p?q=1#:~:text=the-,fees%20%2D%205%25%2C%20or%20more%20%26%20less,-per"
+    url = text_fragment_url(
+        "https://ex.org/p?q=1#top", "fees - 5%, or more & less", "the", "per year"
+    )
+    assert (
+        url
+        == "https://ex.org/p?q=1#:~:text=the-,fees%20%2D%205%25%2C%20or%20more%20%26%20less,-per"
+    )
 
 
 def test_text_fragment_long_quote_is_start_and_end() -> None:
     words = [f"w{n}" for n in range(20)]
     url = text_fragment_url("https://ex.org/p", " ".join(words))
-    assert url == "https://ex.org/p#:~:text=w0%20w1%20w2%20w3%20w4%20w5,w14%20w15%20w16%20w17%20w18%20w19"
+    assert (
+        url
+        == "https://ex.org/p#:~:text=w0%20w1%20w2%20w3%20w4%20w5,w14%20w15%20w16%20w17%20w18%20w19"
+    )
 
 
 def test_text_fragment_terms_stay_within_one_block() -> None:
     """A browser matches each term inside one block: a quote from a heading into the next
     paragraph (or across table cells) is start,end; context from another block is left out."""
-    url = text_fragment_url("https://ex.org/p", "leave\nEmployees get", "Parental ", " sixteen weeks")
+    url = text_fragment_url(
+        "https://ex.org/p", "leave\nEmployees get", "Parental ", " sixteen weeks"
+    )
     assert url == "https://ex.org/p#:~:text=Parental-,leave,Employees%20get,-sixteen"
     url = text_fragment_url("https://ex.org/p", "Fee\t40 euros", "Item\n", "\nTotal")
     assert url == "https://ex.org/p#:~:text=Fee,40%20euros"
@@ -290,28 +300,43 @@ def test_text_fragment_terms_stay_within_one_block() -> None:
 
 
 @FAST
-@given(uri_r=HOSTILE_TEXT.map(lambda rest: "https://ex.org/" + rest),
-       base=st.sampled_from(["http://127.0.0.1:8000", "https://amber.example/archive",
-                             "https://ärchiv.example/bé ta"]),
-       when=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1),
-                         timezones=st.just(UTC)))
+@given(
+    uri_r=HOSTILE_TEXT.map(lambda rest: "https://ex.org/" + rest),
+    base=st.sampled_from(
+        ["http://127.0.0.1:8000", "https://amber.example/archive", "https://ärchiv.example/bé ta"]
+    ),
+    when=st.datetimes(
+        min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+    ),
+)
 def test_the_uri_m_link_header_is_what_the_general_renderer_writes(
     uri_r: str, base: str, when: datetime
 ) -> None:
     # api.mementos writes it as one f-string for speed; it must stay the same text.
     memento = Memento(
-        id="0123abcd" * 4, tenant="default", uri_r=uri_r, urir_key=uri_r, captured_at=when,
-        archived_at=when, content_hash="blake3:" + "0" * 64, blob_version_id=None,
-        media_type="text/plain", size=1, scope=Scope.PASSAGE, facts=CaptureFacts(),
+        id="0123abcd" * 4,
+        tenant="default",
+        uri_r=uri_r,
+        urir_key=uri_r,
+        captured_at=when,
+        archived_at=when,
+        content_hash="blake3:" + "0" * 64,
+        blob_version_id=None,
+        media_type="text/plain",
+        size=1,
+        scope=Scope.PASSAGE,
+        facts=CaptureFacts(),
     )
     urls = Urls(base)
     rfc1123 = to_rfc1123(when)
-    expected = link_header([
-        link(uri_r, "original"),
-        link(urls.timegate(uri_r), "timegate"),
-        link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
-        link(urls.timemap_json(uri_r), "timemap", type="application/json"),
-        link(urls.memento(memento.id), "memento", datetime=rfc1123),
-    ])
+    expected = link_header(
+        [
+            link(uri_r, "original"),
+            link(urls.timegate(uri_r), "timegate"),
+            link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
+            link(urls.timemap_json(uri_r), "timemap", type="application/json"),
+            link(urls.memento(memento.id), "memento", datetime=rfc1123),
+        ]
+    )
     assert memento_link_header(memento, urls, rfc1123) == expected
     assert dict(memento_headers(memento, urls))[b"link"] == expected.encode("ascii")

@@ -229,8 +229,12 @@ def test_memento_client_with_awkward_uri_rs(
             uri_r = origin_url + path
             response = http.post(
                 "/api/v1/mementos",
-                json={"uri_r": uri_r, "content": path, "content_type": "text/plain",
-                      "captured_at": "2022-01-01T00:00:00Z"},
+                json={
+                    "uri_r": uri_r,
+                    "content": path,
+                    "content_type": "text/plain",
+                    "captured_at": "2022-01-01T00:00:00Z",
+                },
             )
             assert response.status_code == 201, (path, response.text)
             info = client.get_memento_info(uri_r, datetime(2023, 1, 1))
@@ -247,12 +251,18 @@ def local_live(tmp_path: Path) -> Iterator[LiveServer]:
         yield server
 
 
-def test_uri_r_with_an_empty_query_is_reachable_through_its_own_links(local_live: LiveServer) -> None:
+def test_uri_r_with_an_empty_query_is_reachable_through_its_own_links(
+    local_live: LiveServer,
+) -> None:
     with httpx.Client(headers=local_live.headers, timeout=10.0, trust_env=False) as http:
         written = http.post(
             f"{local_live.base_url}/api/v1/mementos",
-            json={"uri_r": "https://example.org/search?", "content": "results",
-                  "content_type": "text/plain", "captured_at": "2022-01-01T00:00:00Z"},
+            json={
+                "uri_r": "https://example.org/search?",
+                "content": "results",
+                "content_type": "text/plain",
+                "captured_at": "2022-01-01T00:00:00Z",
+            },
         )
         assert written.status_code == 201, written.text
         memento = written.json()

@@ -38,15 +38,28 @@ async def _exercise(settings: Settings, archive: Archive) -> tuple[list[Any], li
     app = create_app(settings.with_overrides(rate_limit_per_second=0), archive=archive, auth=True)
     agent = {"Authorization": f"Bearer {archive.keys.create('default', Role.AGENT).key}"}
     admin = {"Authorization": f"Bearer {archive.keys.create('default', Role.ADMIN).key}"}
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as client,
+    ):
         before = await client.get("/metrics", headers=admin)
         # Concurrent writes from one event loop: the loop's group commit batches them.
-        written = await asyncio.gather(*(
-            client.post("/api/v1/mementos", headers=agent, json={
-                "uri_r": f"https://ex.org/m/{n}", "content": f"passage {n}",
-                "content_type": "text/plain"})
-            for n in range(8)))
+        written = await asyncio.gather(
+            *(
+                client.post(
+                    "/api/v1/mementos",
+                    headers=agent,
+                    json={
+                        "uri_r": f"https://ex.org/m/{n}",
+                        "content": f"passage {n}",
+                        "content_type": "text/plain",
+                    },
+                )
+                for n in range(8)
+            )
+        )
         resolved = [await client.get(written[0].json()["uri_m"], headers=agent) for _ in range(3)]
         after = await client.get("/metrics", headers=admin)
         refused = await client.get("/metrics", headers=agent)
@@ -66,8 +79,12 @@ def test_metrics_count_write_batches_and_uri_m_answers_from_memory(
     batches = last["amber_write_batches_total"] - first["amber_write_batches_total"]
     assert writes == 8
     assert 1 <= batches < 8  # concurrent writers shared commits
-    requests = (last["amber_uri_m_cache_hits_total"] + last["amber_uri_m_cache_misses_total"]
-                - first["amber_uri_m_cache_hits_total"] - first["amber_uri_m_cache_misses_total"])
+    requests = (
+        last["amber_uri_m_cache_hits_total"]
+        + last["amber_uri_m_cache_misses_total"]
+        - first["amber_uri_m_cache_hits_total"]
+        - first["amber_uri_m_cache_misses_total"]
+    )
     assert requests == 3
     if archive.index.dialect == "sqlite":
         assert last["amber_uri_m_cache_hits_total"] - first["amber_uri_m_cache_hits_total"] == 2

@@ -759,9 +759,7 @@ def test_local_store_has_no_storage_level_lock(tmp_path: Path) -> None:
     store.erase(again.address, None, reason="rerun")  # idempotent
 
 
-def test_both_stores_offer_the_capability(
-    moto_bucket: S3Bucket, tmp_path: Path
-) -> None:
+def test_both_stores_offer_the_capability(moto_bucket: S3Bucket, tmp_path: Path) -> None:
     stores: list[Callable[[], Any]] = [
         lambda: LocalBlobStore(tmp_path / "b"),
         lambda: moto_bucket.store(),

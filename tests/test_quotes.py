@@ -29,7 +29,7 @@ FAST = settings(max_examples=300, deadline=None, database=None)
 def found(text: str, quote: str, **kwargs: object) -> str:
     """The source span ``locate`` reports, checked for consistency."""
     match = locate(text, quote, **kwargs)  # type: ignore[arg-type]
-    assert match.exact == text[match.start:match.end]
+    assert match.exact == text[match.start : match.end]
     assert 0 <= match.start < match.end <= len(text)
     return match.exact
 
@@ -47,7 +47,13 @@ def test_exact_match_and_context() -> None:
     text = "0123456789" * 5 + "NEEDLE" + "abcdefghij" * 5
     match = locate(text, "NEEDLE")
     assert match == QuoteMatch(
-        start=50, end=56, exact="NEEDLE", prefix=text[18:50], suffix=text[56:88], method="exact", occurrences=1
+        start=50,
+        end=56,
+        exact="NEEDLE",
+        prefix=text[18:50],
+        suffix=text[56:88],
+        method="exact",
+        occurrences=1,
     )
     short = locate("a NEEDLE b", "NEEDLE", context=2)
     assert (short.prefix, short.suffix) == ("a ", " b")
@@ -58,8 +64,10 @@ def test_exact_match_and_context() -> None:
 def test_positions_count_code_points() -> None:
     text = "\U0001f600 emoji then caf\u00e9 quote"
     match = locate(text, "quote")
-    assert match.start == len("\U0001f600 emoji then caf\u00e9 ")  # code points, not UTF-16 or bytes
-    assert text[match.start:match.end] == "quote"
+    assert match.start == len(
+        "\U0001f600 emoji then caf\u00e9 "
+    )  # code points, not UTF-16 or bytes
+    assert text[match.start : match.end] == "quote"
 
 
 # -- refusals ------------------------------------------------------------------------------------
@@ -143,7 +151,7 @@ def test_bad_arguments() -> None:
 )
 def test_normalised_match_covers_the_source_span(source: str, quote: str, span: str) -> None:
     match = locate(source, quote)
-    assert match.exact == span == source[match.start:match.end]
+    assert match.exact == span == source[match.start : match.end]
     assert normalise(match.exact) == normalise(quote)
 
 
@@ -159,7 +167,7 @@ def test_offsets_are_in_the_original_text() -> None:
     match = locate(source, 'long prefix "with" caf\u00e9... and the target')
     assert match.method == "normalised"
     assert match.start == 3
-    assert source[match.start:match.end] == (
+    assert source[match.start : match.end] == (
         "long\u00a0\u00a0prefix \u201cwith\u201d cafe\u0301\u00ad\u2026 and the target"
     )
     assert match.prefix == "A\u00a0\u00a0"
@@ -170,9 +178,12 @@ def test_inline_markup_quote_matches_html_text() -> None:
     from archive.text import extract_text
 
     text = extract_text(
-        b"<p>The <b>big</b> <a href=x>red</a>&nbsp;dog\n  barked.</p><p>Next&#8217;s</p>", "text/html"
+        b"<p>The <b>big</b> <a href=x>red</a>&nbsp;dog\n  barked.</p><p>Next&#8217;s</p>",
+        "text/html",
     ).text
-    assert found(text, "The big red dog barked. Next's") == "The big red\u00a0dog barked.\nNext\u2019s"
+    assert (
+        found(text, "The big red dog barked. Next's") == "The big red\u00a0dog barked.\nNext\u2019s"
+    )
 
 
 # -- PDF-only rules --------------------------------------------------------------------------------
@@ -188,7 +199,9 @@ def test_ligatures_only_for_pdf() -> None:
 
 
 def test_line_break_hyphenation_for_pdf() -> None:
-    source = "The evi-\ndence is in the state-\nof-the-art Anti-\nAmerican 1990-\n1995 re\u00ad\nport."
+    source = (
+        "The evi-\ndence is in the state-\nof-the-art Anti-\nAmerican 1990-\n1995 re\u00ad\nport."
+    )
     assert found(source, "evidence is", pdf=True) == "evi-\ndence is"
     assert found(source, "evi-dence", pdf=True) == "evi-\ndence"
     assert found(source, "state-of-the-art", pdf=True) == "state-\nof-the-art"
@@ -226,7 +239,9 @@ def test_prefix_chooses() -> None:
     assert locate(TRIPLE, "the claim", prefix="beta: ").start == starts(TRIPLE, "the claim")[1]
     assert locate(TRIPLE, "the claim", prefix="gamma:").start == starts(TRIPLE, "the claim")[2]
     # compared after normalisation
-    assert locate(TRIPLE, "the claim", prefix="beta:\u00a0\n").start == starts(TRIPLE, "the claim")[1]
+    assert (
+        locate(TRIPLE, "the claim", prefix="beta:\u00a0\n").start == starts(TRIPLE, "the claim")[1]
+    )
 
 
 def test_suffix_chooses() -> None:
@@ -271,7 +286,10 @@ def test_overlapping_occurrences() -> None:
 
 
 def test_normalise() -> None:
-    assert normalise("  \u201cHello,\u00a0\n world\u201d \u2014 it\u2019s\u2026 ") == '"Hello, world" - it\'s...'
+    assert (
+        normalise("  \u201cHello,\u00a0\n world\u201d \u2014 it\u2019s\u2026 ")
+        == '"Hello, world" - it\'s...'
+    )
     assert normalise("cafe\u0301") == "caf\u00e9"
     assert normalise("e\ufb00ect evi-\ndence") == "e\ufb00ect evi- dence"
     assert normalise("e\ufb00ect evi-\ndence", pdf=True) == "effect evidence"
@@ -280,7 +298,7 @@ def test_normalise() -> None:
 def test_quote_hash() -> None:
     h = quote_hash("it\u2019s a \u201cquote\u201d")
     assert h.startswith("blake3:") and len(h) == len("blake3:") + 64
-    assert h == quote_hash(" it's  a\n\"quote\" ") == quote_hash('it\'s a "quote"')
+    assert h == quote_hash(' it\'s  a\n"quote" ') == quote_hash('it\'s a "quote"')
     assert h != quote_hash("it's a quote")
     with pytest.raises(EmptyQuote):
         quote_hash("  ")
@@ -299,30 +317,70 @@ def test_prepare_is_reused_for_the_same_text_object() -> None:
 
 
 def test_hundred_kib_text_ten_quotes() -> None:
-    sentence = "The archive keeps \u201cevidence\u201d\u00a0of what agents read \u2014 sentence {n}.\n"
+    sentence = (
+        "The archive keeps \u201cevidence\u201d\u00a0of what agents read \u2014 sentence {n}.\n"
+    )
     text = "".join(sentence.format(n=n) for n in range(1600))
     assert len(text) >= 100 * 1024
     prepared = PreparedText(text)
     for n in range(0, 1600, 160):
         match = locate(prepared, f'keeps "evidence" of what agents read - sentence {n}.')
         assert match.method == "normalised"
-        assert match.exact == sentence.format(n=n)[len("The archive "):-1]
+        assert match.exact == sentence.format(n=n)[len("The archive ") : -1]
 
 
 # -- properties ------------------------------------------------------------------------------------
 
 # Text as "clusters", so that substrings never split a base letter from its accent.
-CLUSTERS = st.sampled_from([
-    "a", "b", "c", "x", "y", "-", ".", ",", "'", '"', " ", " ", " ", "\n", "\t", "\u00a0",
-    "\u2019", "\u201c", "\u201d", "\u2013", "\u2014", "\u00ad", "\u2026",
-    "\u00e9", "e\u0301", "\u00c5", "A\u030a",
-])
+CLUSTERS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "c",
+        "x",
+        "y",
+        "-",
+        ".",
+        ",",
+        "'",
+        '"',
+        " ",
+        " ",
+        " ",
+        "\n",
+        "\t",
+        "\u00a0",
+        "\u2019",
+        "\u201c",
+        "\u201d",
+        "\u2013",
+        "\u2014",
+        "\u00ad",
+        "\u2026",
+        "\u00e9",
+        "e\u0301",
+        "\u00c5",
+        "A\u030a",
+    ]
+)
 EQUIVALENTS = {
-    " ": [" ", "\u00a0", "\n", "  ", "\t"], "\n": [" ", "\n"], "\t": [" ", "\t"], "\u00a0": [" ", "\u00a0"],
-    "'": ["'", "\u2019", "\u2018"], "\u2019": ["'", "\u2019"], '"': ['"', "\u201c", "\u201d"],
-    "\u201c": ['"', "\u201c"], "\u201d": ['"', "\u201d"], "-": ["-", "\u2013"], "\u2013": ["-", "\u2013"],
-    "\u2014": ["-", "\u2014"], "\u00ad": ["", "\u00ad"], "\u2026": ["...", "\u2026"],
-    "\u00e9": ["\u00e9", "e\u0301"], "e\u0301": ["\u00e9", "e\u0301"], "\u00c5": ["\u00c5", "A\u030a"],
+    " ": [" ", "\u00a0", "\n", "  ", "\t"],
+    "\n": [" ", "\n"],
+    "\t": [" ", "\t"],
+    "\u00a0": [" ", "\u00a0"],
+    "'": ["'", "\u2019", "\u2018"],
+    "\u2019": ["'", "\u2019"],
+    '"': ['"', "\u201c", "\u201d"],
+    "\u201c": ['"', "\u201c"],
+    "\u201d": ['"', "\u201d"],
+    "-": ["-", "\u2013"],
+    "\u2013": ["-", "\u2013"],
+    "\u2014": ["-", "\u2014"],
+    "\u00ad": ["", "\u00ad"],
+    "\u2026": ["...", "\u2026"],
+    "\u00e9": ["\u00e9", "e\u0301"],
+    "e\u0301": ["\u00e9", "e\u0301"],
+    "\u00c5": ["\u00c5", "A\u030a"],
     "A\u030a": ["\u00c5", "A\u030a"],
 }
 
@@ -344,7 +402,7 @@ def test_property_substring_found(case: tuple[str, str, str]) -> None:
     assume(normalise(substring))
     match = locate(text, substring)
     assert 0 <= match.start < match.end <= len(text)
-    assert match.exact == text[match.start:match.end]
+    assert match.exact == text[match.start : match.end]
     assert match.method == "exact"
 
 
@@ -355,11 +413,16 @@ def test_property_equivalent_spelling_found(case: tuple[str, str, str]) -> None:
     assume(normalise(variant))
     match = locate(text, variant)
     assert 0 <= match.start < match.end <= len(text)
-    assert match.exact == text[match.start:match.end]
+    assert match.exact == text[match.start : match.end]
     assert normalise(match.exact) == normalise(variant) == normalise(substring)
 
 
-@given(st.text(alphabet=st.sampled_from(list("ab- .\n\u00a0\u00ad\u200b\u2026\ufb01\u2010\u00e9\u0301")), max_size=60))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("ab- .\n\u00a0\u00ad\u200b\u2026\ufb01\u2010\u00e9\u0301")),
+        max_size=60,
+    )
+)
 @FAST
 def test_property_fast_rules_equal_the_reference(text: str) -> None:
     nfc = unicodedata.normalize("NFC", text)
@@ -367,10 +430,12 @@ def test_property_fast_rules_equal_the_reference(text: str) -> None:
         assert _apply_rules(nfc, mode, None) == _apply_rules_reference(nfc, mode)  # type: ignore[arg-type]
 
 
-TRICKY = st.sampled_from(list(
-    "ab -.\n\u00a0\u00ad\u200b\u2026\ufb01\u2010\u00e9\u0301e\u030a\u2019'\"\u201c"
-    "\u1100\u1161\u11a8\uac00\u0b47\u0b3e\uf900"  # Hangul jamo, Oriya two-part vowel, CJK compatibility
-))
+TRICKY = st.sampled_from(
+    list(
+        "ab -.\n\u00a0\u00ad\u200b\u2026\ufb01\u2010\u00e9\u0301e\u030a\u2019'\"\u201c"
+        "\u1100\u1161\u11a8\uac00\u0b47\u0b3e\uf900"  # Hangul jamo, Oriya two-part vowel, CJK compatibility
+    )
+)
 
 
 @given(st.text(alphabet=TRICKY, max_size=40), st.text(alphabet=TRICKY, min_size=1, max_size=8))
@@ -405,7 +470,7 @@ def test_property_any_text_any_quote(text: str, quote: str) -> None:
             assert any(0xD800 <= ord(c) <= 0xDFFF for c in quote)
             continue
         assert 0 <= match.start < match.end <= len(text)
-        assert match.exact == text[match.start:match.end]
+        assert match.exact == text[match.start : match.end]
         if match.method == "exact":
             assert match.exact == quote
 
@@ -435,7 +500,7 @@ def test_an_exact_match_never_cuts_a_character_nfc_makes_one(text: str, quote: s
     """The visible text shows "café"; "cafe" is not in it, exactly as for the composed spelling."""
     with pytest.raises(QuoteNotFound):
         locate(text, quote)
-    assert locate(text, text[:text.index(" ", 5)]).start == 0  # the whole word is found
+    assert locate(text, text[: text.index(" ", 5)]).start == 0  # the whole word is found
 
 
 def test_prefix_and_suffix_choose_across_long_runs_of_whitespace() -> None:

@@ -28,14 +28,23 @@ DAY = timedelta(days=1)
 FILLER = b" Lorem ipsum filler so that a passage (quote plus context) is not the whole page." * 8
 
 
-def capture(archive: Archive, content: bytes, uri: str = "https://ex.org/a", tenant: str = "default") -> Any:
+def capture(
+    archive: Archive, content: bytes, uri: str = "https://ex.org/a", tenant: str = "default"
+) -> Any:
     return archive.write_memento(
-        MementoRequest(uri_r=uri, content=content, content_type="text/plain",
-                       facts=CaptureFacts(tool="http.get")), tenant=tenant,
+        MementoRequest(
+            uri_r=uri,
+            content=content,
+            content_type="text/plain",
+            facts=CaptureFacts(tool="http.get"),
+        ),
+        tenant=tenant,
     ).memento
 
 
-def cite(archive: Archive, transcript: str, memento_id: str, exact: str, tenant: str = "default") -> Any:
+def cite(
+    archive: Archive, transcript: str, memento_id: str, exact: str, tenant: str = "default"
+) -> Any:
     return archive.citations.cite(
         tenant, transcript, [CitationRequest(quote=QuoteRequest(exact), memento_id=memento_id)]
     ).citations[0]
@@ -52,8 +61,9 @@ def blob_present(archive: Archive, address: str, version_id: str | None = None) 
 def assert_no_dangling_rows(archive: Archive) -> None:
     with archive.index.read() as connection:
         live = connection.execute(
-            select(mementos.c.id, mementos.c.content_hash, mementos.c.blob_version_id)
-            .where(mementos.c.deleted_at.is_(None))
+            select(mementos.c.id, mementos.c.content_hash, mementos.c.blob_version_id).where(
+                mementos.c.deleted_at.is_(None)
+            )
         ).all()
     for row in live:
         assert blob_present(archive, row.content_hash, row.blob_version_id), row.id
@@ -107,7 +117,9 @@ def test_legal_holds_suspend_expiry_and_release(archive: Archive) -> None:
     archive.transcripts.put("default", "t", "P1D", {})
     citation = cite(archive, "t", document.id, "evidence")
     archive.retention.set_transcript_hold("default", "t", True, "litigation 2026-17", "admin-key")
-    archive.retention.set_memento_hold("default", document.id, True, "litigation 2026-17", "admin-key")
+    archive.retention.set_memento_hold(
+        "default", document.id, True, "litigation 2026-17", "admin-key"
+    )
     later = utc_now() + timedelta(days=60)
     held = archive.retention.sweep(now=later)
     assert held.mementos_deleted == 0 and held.held == 2
@@ -128,26 +140,37 @@ def test_legal_holds_suspend_expiry_and_release(archive: Archive) -> None:
 def test_shared_bytes_survive_until_the_last_memento_expires(archive: Archive) -> None:
     mine = capture(archive, b"same bytes in two tenants", tenant="default")
     archive.transcripts.put("other", "keep", "P5Y", {})
-    theirs = capture(archive, b"same bytes in two tenants", uri="https://other.example/", tenant="other")
+    theirs = capture(
+        archive, b"same bytes in two tenants", uri="https://other.example/", tenant="other"
+    )
     cite(archive, "keep", theirs.id, "same bytes", tenant="other")
     report = archive.retention.sweep(now=utc_now() + timedelta(days=90))
     assert report.deleted_ids == [mine.id]  # theirs is reached by tenant "other"'s transcript
     assert report.blobs_deleted == 0  # the bytes are shared: still in use
-    assert archive.read_content(archive.get_memento("other", theirs.id)) == b"same bytes in two tenants"
+    assert (
+        archive.read_content(archive.get_memento("other", theirs.id))
+        == b"same bytes in two tenants"
+    )
     assert_no_dangling_rows(archive)
 
 
 def test_a_write_landing_on_a_dying_blob_revives_it(archive: Archive) -> None:
     first = capture(archive, b"dedup race bytes")
-    archive.retention.sweep(now=first.archived_at + timedelta(days=30))  # first expires, blob deleted
+    archive.retention.sweep(
+        now=first.archived_at + timedelta(days=30)
+    )  # first expires, blob deleted
     again = capture(archive, b"dedup race bytes", uri="https://ex.org/again")
     assert archive.read_content(again) == b"dedup race bytes"
     with archive.index.read() as connection:
-        state = connection.execute(select(blobs.c.state).where(blobs.c.address == again.content_hash)).scalar_one()
+        state = connection.execute(
+            select(blobs.c.state).where(blobs.c.address == again.content_hash)
+        ).scalar_one()
     assert state == "live"
     # A blob marked deleting (a sweep interrupted between its phases) is revived the same way.
     with archive.index.write() as connection:
-        connection.execute(blobs.update().where(blobs.c.address == again.content_hash).values(state="deleting"))
+        connection.execute(
+            blobs.update().where(blobs.c.address == again.content_hash).values(state="deleting")
+        )
     third = capture(archive, b"dedup race bytes", uri="https://ex.org/third")
     archive.retention.sweep(now=utc_now())  # finishes "deleting" blobs: must see it revived
     assert archive.read_content(third) == b"dedup race bytes"
@@ -169,7 +192,9 @@ def test_concurrent_writers_and_sweeps_never_lose_acknowledged_bytes(archive: Ar
             while not stop.is_set():
                 sequence += 1
                 content = contents[sequence % len(contents)]
-                acknowledged.append(capture(archive, content, uri=f"https://new.example/{number}/{sequence}"))
+                acknowledged.append(
+                    capture(archive, content, uri=f"https://new.example/{number}/{sequence}")
+                )
         except BaseException as error:
             errors.append(error)
 
@@ -242,17 +267,25 @@ def test_dry_run_changes_nothing_and_report_counts_bytes(archive: Archive) -> No
 
 
 def test_gone_over_http_and_timemap(client: Any, archive: Archive) -> None:
-    made = client.post("/api/v1/mementos", json={"uri_r": "https://ex.org/g", "content": "x",
-                                                  "content_type": "text/plain"}).json()
+    made = client.post(
+        "/api/v1/mementos",
+        json={"uri_r": "https://ex.org/g", "content": "x", "content_type": "text/plain"},
+    ).json()
     archive.retention.sweep(now=utc_now() + timedelta(days=30))
     gone = client.get(made["uri_m"])
     assert gone.status_code == 410
     assert gone.json()["error"]["code"] == "gone"
     assert gone.json()["error"]["detail"]["content_hash"] == made["content_hash"]
     assert client.get("/timemap/json/https://ex.org/g").status_code == 404
-    again = client.post("/api/v1/mementos", json={"uri_r": "https://ex.org/g", "content": "x",
-                                                   "content_type": "text/plain",
-                                                   "captured_at": made["memento_datetime"]})
+    again = client.post(
+        "/api/v1/mementos",
+        json={
+            "uri_r": "https://ex.org/g",
+            "content": "x",
+            "content_type": "text/plain",
+            "captured_at": made["memento_datetime"],
+        },
+    )
     assert again.status_code == 410  # ids are never reused
 
 
@@ -260,7 +293,9 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     orphan = archive.blobs.put(b"written, then the process died before the index commit")
     kept = capture(archive, b"a real memento")
     assert archive.retention.collect_orphans(safety_age=timedelta(hours=1)) == []  # too young
-    collected = archive.retention.collect_orphans(safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2))
+    collected = archive.retention.collect_orphans(
+        safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2)
+    )
     assert collected == [orphan.address]
     assert not archive.blobs.exists(orphan.address)
     assert archive.read_content(kept) == b"a real memento"
@@ -296,7 +331,9 @@ def _cited_passage(archive: Archive) -> tuple[Any, Any]:
     return document, cite(archive, "short", document.id, "40 euros").passage
 
 
-def test_a_citation_committed_while_a_sweep_decides_keeps_its_passage(archive: Archive, monkeypatch: Any) -> None:
+def test_a_citation_committed_while_a_sweep_decides_keeps_its_passage(
+    archive: Archive, monkeypatch: Any
+) -> None:
     """Either the new citation waits for the sweep and is refused (410: its passage is
     gone), or it commits first and the sweep sees it. Never acknowledged and deleted
     (PostgreSQL runs writers concurrently at READ COMMITTED: found by a review session)."""
@@ -319,14 +356,22 @@ def test_a_citation_committed_while_a_sweep_decides_keeps_its_passage(archive: A
         assert passage.id in report.deleted_ids
     else:
         assert outcome[0].passage.id == passage.id
-        assert passage.id not in report.deleted_ids, "an acknowledged citation's passage was deleted"
+        assert passage.id not in report.deleted_ids, (
+            "an acknowledged citation's passage was deleted"
+        )
         assert archive.read_content(archive.get_memento("default", passage.id))
 
 
-def test_a_hold_committed_while_a_sweep_decides_keeps_its_passage(archive: Archive, monkeypatch: Any) -> None:
+def test_a_hold_committed_while_a_sweep_decides_keeps_its_passage(
+    archive: Archive, monkeypatch: Any
+) -> None:
     _, passage = _cited_passage(archive)
     blocked = _while_a_sweep_decides(
-        monkeypatch, lambda: archive.retention.set_transcript_hold("default", "short", True, "lawsuit", "admin-key"))
+        monkeypatch,
+        lambda: archive.retention.set_transcript_hold(
+            "default", "short", True, "lawsuit", "admin-key"
+        ),
+    )
     report = archive.retention.sweep(now=utc_now() + timedelta(days=30))
     for thread in blocked:
         thread.join()
@@ -336,7 +381,9 @@ def test_a_hold_committed_while_a_sweep_decides_keeps_its_passage(archive: Archi
         assert passage.id in report.deleted_ids
 
 
-def test_a_citation_of_a_document_deleted_meanwhile_is_refused(archive: Archive, monkeypatch: Any) -> None:
+def test_a_citation_of_a_document_deleted_meanwhile_is_refused(
+    archive: Archive, monkeypatch: Any
+) -> None:
     """The document is read when the request is planned; a sweep deletes it before the
     commit. The commit must notice rather than acknowledge a citation of a tombstone."""
     document = capture(archive, b"The fee is 40 euros." + FILLER)
@@ -359,7 +406,9 @@ def test_erasure_is_refused_while_a_citing_transcript_is_held(archive: Archive) 
     archive.transcripts.put("default", "t", "P7Y", {})
     passage = cite(archive, "t", document.id, "40 euros").passage
     archive.retention.set_transcript_hold("default", "t", True, "litigation 2026-17", "admin-key")
-    with pytest.raises(RetentionConflict, match="transcript citing this memento is under legal hold"):
+    with pytest.raises(
+        RetentionConflict, match="transcript citing this memento is under legal hold"
+    ):
         archive.retention.erase("default", passage.id, "takedown", "admin-key")
     assert archive.read_content(archive.get_memento("default", passage.id))
     archive.retention.set_transcript_hold("default", "t", False, "settled", "admin-key")
@@ -368,7 +417,9 @@ def test_erasure_is_refused_while_a_citing_transcript_is_held(archive: Archive) 
         archive.get_memento("default", passage.id)
 
 
-def test_gc_never_deletes_bytes_a_concurrent_write_deduplicated_onto(archive: Archive, monkeypatch: Any) -> None:
+def test_gc_never_deletes_bytes_a_concurrent_write_deduplicated_onto(
+    archive: Archive, monkeypatch: Any
+) -> None:
     """An old orphan (a write that died after storing its bytes) is rewritten by a new
     write: its stage finds the bytes in place, so nothing new is stored. ``amber gc`` runs
     between that write's publish and its commit: the write must still end with its bytes."""
@@ -380,19 +431,31 @@ def test_gc_never_deletes_bytes_a_concurrent_write_deduplicated_onto(archive: Ar
     def publish_then_gc(staged: Any) -> None:
         real_publish(staged)
         if not collected:  # once: the commit's re-store publishes too, under the write lock
-            collected.extend(archive.retention.collect_orphans(
-                safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2)))
+            collected.extend(
+                archive.retention.collect_orphans(
+                    safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2)
+                )
+            )
 
     monkeypatch.setattr(archive.blobs, "publish", publish_then_gc)
-    written = archive.write_memento(MementoRequest(
-        uri_r="https://ex.org/deduplicated", content=content, content_type="text/plain",
-        facts=CaptureFacts(tool="http.get")))
+    written = archive.write_memento(
+        MementoRequest(
+            uri_r="https://ex.org/deduplicated",
+            content=content,
+            content_type="text/plain",
+            facts=CaptureFacts(tool="http.get"),
+        )
+    )
     monkeypatch.setattr(archive.blobs, "publish", real_publish)
     assert collected == [written.memento.content_hash]  # gc did take the orphan's bytes …
     stored = archive.get_memento("default", written.memento.id)
     assert archive.read_content(stored) == content  # … and the commit stored them again
-    assert archive.retention.collect_orphans(safety_age=timedelta(hours=1),
-                                             now=utc_now() + timedelta(hours=2)) == []
+    assert (
+        archive.retention.collect_orphans(
+            safety_age=timedelta(hours=1), now=utc_now() + timedelta(hours=2)
+        )
+        == []
+    )
 
 
 @pytest.fixture()
@@ -431,12 +494,17 @@ def test_leftover_temp_files_are_collected_after_the_safety_age(local_archive: A
     os.utime(stalled.pending.temp_name, (long_ago, long_ago))
     kept = capture(archive, b"a real memento")
     assert sorted(path for path, _ in archive.blobs.temp_files()) == sorted([died, died_lately])
-    assert archive.retention.collect_temp_files(safety_age=timedelta(hours=1), dry_run=True) == [died]
+    assert archive.retention.collect_temp_files(safety_age=timedelta(hours=1), dry_run=True) == [
+        died
+    ]
     assert os.path.exists(died)  # a dry run deletes nothing
     assert archive.retention.collect_temp_files(safety_age=timedelta(hours=1)) == [died]
     assert not os.path.exists(died) and os.path.exists(died_lately)  # too young yet
     archive.blobs.publish([stalled])  # a live writer's file is never taken from it
-    assert archive.blobs.get(stalled.blob.address) == b"staged hours ago by a write of this (live) process"
+    assert (
+        archive.blobs.get(stalled.blob.address)
+        == b"staged hours ago by a write of this (live) process"
+    )
     assert archive.read_content(kept) == b"a real memento"
 
 
@@ -455,8 +523,10 @@ def test_only_the_stores_own_temp_files_can_be_removed(tmp_path: Any) -> None:
 def governance_archive(seaweedfs_settings: Any, tmp_path: Any) -> Iterator[Archive]:
     """An embedded index over a SeaweedFS bucket with Object Lock in GOVERNANCE mode."""
     locked = seaweedfs_settings.with_overrides(
-        data_dir=tmp_path / "amber", database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
-        s3_object_lock_mode="GOVERNANCE")
+        data_dir=tmp_path / "amber",
+        database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
+        s3_object_lock_mode="GOVERNANCE",
+    )
     archive = Archive.open(locked)
     yield archive
     archive.close()
@@ -476,7 +546,8 @@ def test_object_lock_follows_expiry_and_holds(governance_archive: Archive) -> No
     citation = cite(archive, "t", document.id, "evidence sentence")
     # The passage is locked from its first write, not only once a sweep gets to it.
     passage_until, _ = archive.blobs.retention_of(
-        citation.passage.content_hash, citation.passage.blob_version_id)
+        citation.passage.content_hash, citation.passage.blob_version_id
+    )
     assert passage_until is not None
     assert passage_until >= citation.passage.archived_at + timedelta(days=13)
     archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
@@ -503,7 +574,8 @@ def test_erasure_deletes_governance_locked_bytes_at_once(governance_archive: Arc
     assert not blob_present(archive, target.content_hash, target.blob_version_id)
     with archive.index.read() as connection:
         state = connection.execute(
-            select(blobs.c.state).where(blobs.c.address == target.content_hash)).scalar_one()
+            select(blobs.c.state).where(blobs.c.address == target.content_hash)
+        ).scalar_one()
     assert state == "deleted"
 
 
@@ -545,7 +617,9 @@ def test_a_write_that_stored_its_blob_before_a_sweep_records_the_surviving_versi
 
 def _expires_at(archive: Archive, memento_id: str) -> Any:
     with archive.index.read() as connection:
-        return connection.execute(select(mementos.c.expires_at).where(mementos.c.id == memento_id)).scalar_one()
+        return connection.execute(
+            select(mementos.c.expires_at).where(mementos.c.id == memento_id)
+        ).scalar_one()
 
 
 def _retain_until(archive: Archive, transcript_id: str) -> Any:
@@ -606,8 +680,11 @@ def test_two_shortenings_at_once_leave_the_latest_transcripts_date(
     def evaluate(self: Retention, connection: Any, ids: Any) -> Any:
         verdicts = real_evaluate(self, connection, ids)
         if not others:  # the first shortening has evaluated: start the second beside it
-            thread = threading.Thread(target=lambda: archive.retention.change_retention(
-                "default", "t2", "P2D", "mistake", "admin-key"))
+            thread = threading.Thread(
+                target=lambda: archive.retention.change_retention(
+                    "default", "t2", "P2D", "mistake", "admin-key"
+                )
+            )
             others.append(thread)
             thread.start()
             thread.join(timeout=1.0)  # blocked on the first one's lock: serialised, correct
@@ -632,14 +709,27 @@ def test_a_page_a_drift_check_archived_is_held_in_the_store_with_its_transcript(
     document = capture(archive, b"Locked evidence sentence." + FILLER)
     archive.transcripts.put("default", "t", "P2Y", {})
     citation = cite(archive, "t", document.id, "evidence sentence")
-    live_page = capture(archive, b"The page as the drift check found it." + FILLER,
-                        uri="https://ex.org/a?checked")
+    live_page = capture(
+        archive, b"The page as the drift check found it." + FILLER, uri="https://ex.org/a?checked"
+    )
     with archive.index.write() as connection:  # what a drift check records (archive/drift.py)
-        connection.execute(drift_checks.insert().values(
-            id="check-1", tenant="default", citation_id=citation.id, transcript_id="t",
-            memento_id=citation.passage.id, uri_r="https://ex.org/a", host="ex.org",
-            run_id="run-1", checked_at=utc_now(), verdict="material", rules_version="test",
-            reasons_json="[]", live_document_memento_id=live_page.id))
+        connection.execute(
+            drift_checks.insert().values(
+                id="check-1",
+                tenant="default",
+                citation_id=citation.id,
+                transcript_id="t",
+                memento_id=citation.passage.id,
+                uri_r="https://ex.org/a",
+                host="ex.org",
+                run_id="run-1",
+                checked_at=utc_now(),
+                verdict="material",
+                rules_version="test",
+                reasons_json="[]",
+                live_document_memento_id=live_page.id,
+            )
+        )
     archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
     with archive.index.read() as connection:  # Amber itself keeps it ...
         assert archive.retention._evaluate(connection, [live_page.id])[0].held

@@ -49,10 +49,13 @@ class RetentionMachine(RuleBasedStateMachine):
     @initialize()
     def open_archive(self) -> None:
         root = Path(TMP.mktemp("retention-machine"))
-        self.archive = Archive.open(Settings(
-            data_dir=root, durability="relaxed",
-            extra={"citations": {"retention_days": GRACE_DAYS, "context_chars": 5}},
-        ))
+        self.archive = Archive.open(
+            Settings(
+                data_dir=root,
+                durability="relaxed",
+                extra={"citations": {"retention_days": GRACE_DAYS, "context_chars": 5}},
+            )
+        )
 
     def teardown(self) -> None:
         if self.archive is not None:
@@ -78,9 +81,14 @@ class RetentionMachine(RuleBasedStateMachine):
         # Few distinct contents and URIs: dedup onto shared (and dying) blobs is frequent.
         content = f"{word} is the word on page {page}.".encode()
         try:
-            memento = self.a.write_memento(MementoRequest(
-                uri_r=f"https://ex.org/{page}", content=content, content_type="text/plain",
-                facts=CaptureFacts(tool="http.get")))
+            memento = self.a.write_memento(
+                MementoRequest(
+                    uri_r=f"https://ex.org/{page}",
+                    content=content,
+                    content_type="text/plain",
+                    facts=CaptureFacts(tool="http.get"),
+                )
+            )
         except Gone:
             return  # the same capture (same second) was erased: ids are never reused
         self.documents.append(memento.memento.id)
@@ -102,16 +110,20 @@ class RetentionMachine(RuleBasedStateMachine):
             return
         word = self.a.read_content(memento).decode().split()[0]
         try:
-            self.a.citations.cite("default", transcript_id,
-                                  [CitationRequest(QuoteRequest(word), memento_id=memento_id)])
+            self.a.citations.cite(
+                "default",
+                transcript_id,
+                [CitationRequest(QuoteRequest(word), memento_id=memento_id)],
+            )
         except Exception as error:  # a deleted passage id is never reused
             assert getattr(error, "code", "") in ("citations_rejected", "gone"), error
 
     @precondition(lambda self: self.transcript_ids)
     @rule(data=st.data(), on=st.booleans())
     def hold_transcript(self, data: Any, on: bool) -> None:
-        self.a.retention.set_transcript_hold("default", self.pick(self.transcript_ids, data),
-                                             on, "case", "admin")
+        self.a.retention.set_transcript_hold(
+            "default", self.pick(self.transcript_ids, data), on, "case", "admin"
+        )
 
     @precondition(lambda self: self.transcript_ids)
     @rule(data=st.data(), days=st.sampled_from([1, 10, 60]))
@@ -135,7 +147,9 @@ class RetentionMachine(RuleBasedStateMachine):
             self.run_sweep(interrupt_after)
         finally:
             newly_deleted = self.deleted() - before
-            assert not newly_deleted & protected, f"deleted while protected: {newly_deleted & protected}"
+            assert not newly_deleted & protected, (
+                f"deleted while protected: {newly_deleted & protected}"
+            )
 
     def run_sweep(self, interrupt_after: int | None) -> None:
         if interrupt_after is None:
@@ -176,8 +190,11 @@ class RetentionMachine(RuleBasedStateMachine):
         if self.archive is None:
             return
         with self.a.index.read() as connection:
-            live = connection.execute(select(mementos.c.content_hash, mementos.c.blob_version_id)
-                                      .where(mementos.c.deleted_at.is_(None))).all()
+            live = connection.execute(
+                select(mementos.c.content_hash, mementos.c.blob_version_id).where(
+                    mementos.c.deleted_at.is_(None)
+                )
+            ).all()
         for address, version in live:
             assert self.a.blobs.get(address, version)
 
@@ -185,13 +202,24 @@ class RetentionMachine(RuleBasedStateMachine):
         """Mementos a hold or an unexpired citing transcript keeps alive right now."""
         now = self.now
         with self.a.index.read() as connection:
-            held = set(connection.execute(select(mementos.c.id).where(
-                mementos.c.legal_hold == 1, mementos.c.deleted_at.is_(None))).scalars())
+            held = set(
+                connection.execute(
+                    select(mementos.c.id).where(
+                        mementos.c.legal_hold == 1, mementos.c.deleted_at.is_(None)
+                    )
+                ).scalars()
+            )
             rows = connection.execute(
-                select(citations.c.passage_memento_id, citations.c.document_memento_id,
-                       transcripts.c.retain_until, transcripts.c.legal_hold)
-                .join(transcripts, (transcripts.c.tenant == citations.c.tenant)
-                      & (transcripts.c.id == citations.c.transcript_id))
+                select(
+                    citations.c.passage_memento_id,
+                    citations.c.document_memento_id,
+                    transcripts.c.retain_until,
+                    transcripts.c.legal_hold,
+                ).join(
+                    transcripts,
+                    (transcripts.c.tenant == citations.c.tenant)
+                    & (transcripts.c.id == citations.c.transcript_id),
+                )
             ).all()
         for passage, document, until, hold in rows:
             if hold or until > now:
@@ -200,17 +228,25 @@ class RetentionMachine(RuleBasedStateMachine):
 
     def deleted(self) -> set[str]:
         with self.a.index.read() as connection:
-            return set(connection.execute(select(mementos.c.id).where(
-                mementos.c.deleted_at.is_not(None))).scalars())
+            return set(
+                connection.execute(
+                    select(mementos.c.id).where(mementos.c.deleted_at.is_not(None))
+                ).scalars()
+            )
 
     def check_nothing_expired_is_left(self) -> None:
         now = self.now
         with self.a.index.read() as connection:
-            candidates = connection.execute(
-                select(mementos.c.id).where(mementos.c.deleted_at.is_(None))).scalars().all()
+            candidates = (
+                connection.execute(select(mementos.c.id).where(mementos.c.deleted_at.is_(None)))
+                .scalars()
+                .all()
+            )
             verdicts = self.a.retention._evaluate(connection, candidates)
         for verdict in verdicts:
-            assert verdict.expiry is None or verdict.expiry > now, f"{verdict.memento_id} expired but kept"
+            assert verdict.expiry is None or verdict.expiry > now, (
+                f"{verdict.memento_id} expired but kept"
+            )
 
 
 TMP: Any = None
@@ -224,6 +260,8 @@ def _tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 TestRetentionProperties = RetentionMachine.TestCase
 TestRetentionProperties.settings = settings(
-    max_examples=80, stateful_step_count=40, deadline=None,
+    max_examples=80,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -39,33 +39,52 @@ def sqlite_archive(tmp_path: Path) -> Iterator[Archive]:
 
 def capture(archive: Archive, content: bytes, uri: str = "https://ex.org/a") -> Any:
     return archive.write_memento(
-        MementoRequest(uri_r=uri, content=content, content_type="text/plain",
-                       facts=CaptureFacts(tool="http.get")), tenant="default",
+        MementoRequest(
+            uri_r=uri,
+            content=content,
+            content_type="text/plain",
+            facts=CaptureFacts(tool="http.get"),
+        ),
+        tenant="default",
     ).memento
 
 
 def blob_state(archive: Archive, address: str) -> str:
     with archive.index.read() as connection:
-        state: str = connection.execute(select(blobs.c.state).where(blobs.c.address == address)).scalar_one()
+        state: str = connection.execute(
+            select(blobs.c.state).where(blobs.c.address == address)
+        ).scalar_one()
     return state
 
 
-def test_tombstones_say_which_transcripts_kept_the_evidence_and_keep_no_text(archive: Archive) -> None:
+def test_tombstones_say_which_transcripts_kept_the_evidence_and_keep_no_text(
+    archive: Archive,
+) -> None:
     document = capture(archive, b"The rate is four percent." + FILLER)
     archive.transcripts.put("default", "short", "P1D", {})
     archive.transcripts.put("default", "shorter", "P1D", {})
     citation = archive.citations.cite(
-        "default", "short", [CitationRequest(quote=QuoteRequest("four percent"), memento_id=document.id)]
+        "default",
+        "short",
+        [CitationRequest(quote=QuoteRequest("four percent"), memento_id=document.id)],
     ).citations[0]
     archive.citations.cite(
-        "default", "shorter", [CitationRequest(quote=QuoteRequest("The rate"), memento_id=document.id)]
+        "default",
+        "shorter",
+        [CitationRequest(quote=QuoteRequest("The rate"), memento_id=document.id)],
     )
     uncited = capture(archive, b"nobody cites this", uri="https://ex.org/uncited")
     report = archive.retention.sweep(now=utc_now() + timedelta(days=30))
     assert {document.id, citation.passage.id, uncited.id} <= set(report.deleted_ids)
     with archive.index.read() as connection:
-        reasons = {row.id: json.loads(row.deletion_reason) for row in connection.execute(
-            select(mementos.c.id, mementos.c.deletion_reason).where(mementos.c.deleted_at.is_not(None)))}
+        reasons = {
+            row.id: json.loads(row.deletion_reason)
+            for row in connection.execute(
+                select(mementos.c.id, mementos.c.deletion_reason).where(
+                    mementos.c.deleted_at.is_not(None)
+                )
+            )
+        }
         selectors = connection.execute(select(citations.c.selector_json)).scalars().all()
     assert reasons[document.id]["policy"] == "transcripts"
     assert reasons[document.id]["transcripts"] == ["short:P1D", "shorter:P1D"]
@@ -93,8 +112,11 @@ def test_a_deletion_lost_in_a_crash_is_redone_by_the_next_sweep(
     synced: list[Path] = []
     if isinstance(store, LocalBlobStore):
         real_sync = local_store._fsync_directory
-        monkeypatch.setattr(local_store, "_fsync_directory",
-                            lambda directory: (synced.append(directory), real_sync(directory)))
+        monkeypatch.setattr(
+            local_store,
+            "_fsync_directory",
+            lambda directory: (synced.append(directory), real_sync(directory)),
+        )
     again = archive.retention.sweep(now=memento.archived_at + timedelta(days=30))
     assert again.blobs_deleted == 1 and again.mementos_deleted == 0
     assert blob_state(archive, memento.content_hash) == "deleted"
@@ -136,16 +158,23 @@ def test_sweep_statements_never_scan_the_archive(sqlite_archive: Archive) -> Non
     archive = sqlite_archive  # SQLite's own query plans and settings: embedded default only
     archive.transcripts.put("default", "t", "P1D", {})
     for n in range(4):
-        document = capture(archive, f"Document {n} says the rate is four percent.".encode() + FILLER,
-                           uri=f"https://ex.org/{n}")
+        document = capture(
+            archive,
+            f"Document {n} says the rate is four percent.".encode() + FILLER,
+            uri=f"https://ex.org/{n}",
+        )
         archive.citations.cite(
-            "default", "t", [CitationRequest(quote=QuoteRequest("four percent"), memento_id=document.id)]
+            "default",
+            "t",
+            [CitationRequest(quote=QuoteRequest("four percent"), memento_id=document.id)],
         )
     held = capture(archive, b"held evidence", uri="https://ex.org/held")
     archive.retention.set_memento_hold("default", held.id, True, "case 7", "admin")
     statements: dict[str, Any] = {}
 
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
+    def record(
+        _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool
+    ) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "INSERT")):
             statements.setdefault(statement, parameters[0] if many else parameters)
 
@@ -161,7 +190,10 @@ def test_sweep_statements_never_scan_the_archive(sqlite_archive: Archive) -> Non
     assert statements
     with archive.index.read() as connection:
         for statement, parameters in statements.items():
-            plan = [row[3] for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+            plan = [
+                row[3]
+                for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+            ]
             for step in plan:
                 scanned = re.match(r"SCAN (\w+)(?: USING (?:COVERING )?INDEX (\w+))?", step)
                 if scanned and scanned.group(1) in _BIG_TABLES:

@@ -22,12 +22,24 @@ from archive.config import Settings
 EXAMPLES = os.environ.get("AMBER_SCHEMATHESIS_EXAMPLES", "25")
 
 
-def _schemathesis(base_url: str, key: str | None, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _schemathesis(
+    base_url: str, key: str | None, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
     command = [
-        sys.executable, "-m", "schemathesis.cli", "run", f"{base_url}/openapi.json",
-        "--max-examples", EXAMPLES, "--checks", "all",
-        "--exclude-checks", "positive_data_acceptance",
-        "--request-timeout", "20", "--generation-deterministic",
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{base_url}/openapi.json",
+        "--max-examples",
+        EXAMPLES,
+        "--checks",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance",
+        "--request-timeout",
+        "20",
+        "--generation-deterministic",
     ]
     if key is not None:
         command += ["--header", f"Authorization: Bearer {key}"]
@@ -36,14 +48,18 @@ def _schemathesis(base_url: str, key: str | None, tmp_path: Path) -> subprocess.
 
 @pytest.mark.slow
 @pytest.mark.parametrize("identity", ["agent", "auditor", "admin", "none"])
-def test_schemathesis_finds_no_server_errors_or_schema_violations(tmp_path: Path, identity: str) -> None:
+def test_schemathesis_finds_no_server_errors_or_schema_violations(
+    tmp_path: Path, identity: str
+) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = env_for(Settings(data_dir=tmp_path / "amber-data"), base)
     env["AMBER_RATE_LIMIT_PER_SECOND"] = "0"  # the fuzzer is not abuse; test limits elsewhere
     with running_server(env, port) as server:
-        key = None if identity == "none" else (
-            server.agent_key if identity == "agent" else create_key(env, identity)
+        key = (
+            None
+            if identity == "none"
+            else (server.agent_key if identity == "agent" else create_key(env, identity))
         )
         result = _schemathesis(base, key, tmp_path)
         log = server.log_tail(50_000)

@@ -60,7 +60,9 @@ def test_an_unsettled_signal_is_never_trusted_and_settled_by_the_next_process(
     opened.close()
 
 
-def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(tmp_path: Path) -> None:
+def test_a_revocation_in_progress_is_not_settled_by_a_process_opening_meanwhile(
+    tmp_path: Path,
+) -> None:
     path, like = str(tmp_path / "index.revocations"), str(tmp_path / "index")
     revoker = ChangeSignal(path, like=like)
     inside, release = threading.Event(), threading.Event()
@@ -202,7 +204,10 @@ def test_a_key_revoked_by_the_cli_in_another_process_stops_at_once(
     done = subprocess.run(
         [*amber_command(), "keys", "revoke", issued.info.key_id],
         env=clean_environ({"AMBER_DATA_DIR": str(tmp_path / "amber")}),
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     with pytest.raises(Unauthenticated):
@@ -233,8 +238,13 @@ def test_a_key_verified_while_a_revocation_commits_is_not_remembered_after_it(
     remembered under the generation that revocation ended with."""
     issued = embedded.keys.create("default", Role.AGENT)
     other = embedded.keys.create("default", Role.AGENT)
-    _count_lookups(embedded, monkeypatch, meanwhile=lambda: _in_another_process(
-        tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id)))
+    _count_lookups(
+        embedded,
+        monkeypatch,
+        meanwhile=lambda: _in_another_process(
+            tmp_path, lambda elsewhere: elsewhere.keys.revoke(other.info.key_id)
+        ),
+    )
     assert embedded.keys.verify(issued.key).key_id == issued.info.key_id
     assert embedded.keys.remembered(issued.key) is None
 
@@ -302,7 +312,8 @@ def test_a_memento_read_while_a_deletion_commits_is_not_remembered_after_it(
 ) -> None:
     memento = _passage(embedded)
     erase = lambda: _in_another_process(  # noqa: E731
-        tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin"))
+        tmp_path, lambda other: other.retention.erase("default", memento.id, "takedown", "admin")
+    )
     lookups = _count_lookups(embedded, monkeypatch, of="id", meanwhile=erase)
     with _serving(embedded) as client:
         # Its row was read just before the erasure committed; its bytes went with it.
@@ -338,7 +349,9 @@ def test_a_process_that_cannot_open_the_deletion_signal_reads_every_memento_and_
 def test_a_read_cache_past_its_budget_forgets_its_oldest_values_and_never_holds_an_outsize_one(
     tmp_path: Path,
 ) -> None:
-    cache: ReadCache[str, str] = ReadCache(str(tmp_path / "index"), "deletions", budget=10, weigh=len)
+    cache: ReadCache[str, str] = ReadCache(
+        str(tmp_path / "index"), "deletions", budget=10, weigh=len
+    )
     generation = cache.generation()
     cache.put(generation, "a", "xxxx")
     cache.put(generation, "b", "yyyy")
@@ -349,7 +362,12 @@ def test_a_read_cache_past_its_budget_forgets_its_oldest_values_and_never_holds_
     cache.put(generation, "d", "ww")  # 10: fits beside both
     assert (cache.get("b"), cache.get("c"), cache.get("d")) == ("yyyy", "zzzz", "ww")
     cache.put(generation, "e", "vvvvvvv")  # 17 > 10: b and c go, d stays
-    assert (cache.get("b"), cache.get("c"), cache.get("d"), cache.get("e")) == (None, None, "ww", "vvvvvvv")
+    assert (cache.get("b"), cache.get("c"), cache.get("d"), cache.get("e")) == (
+        None,
+        None,
+        "ww",
+        "vvvvvvv",
+    )
     cache.put(generation, "f", "u" * 11)
     assert cache.get("f") is None and cache.get("e") == "vvvvvvv"
     cache.close()
@@ -367,7 +385,10 @@ def test_processes_reaching_one_database_through_a_link_share_its_signal(tmp_pat
     with cron.changing():
         pass
     assert server.get("memento") is None
-    assert sorted(p.name for p in real.parent.iterdir()) == ["index.sqlite3", "index.sqlite3.deletions"]
+    assert sorted(p.name for p in real.parent.iterdir()) == [
+        "index.sqlite3",
+        "index.sqlite3.deletions",
+    ]
     server.close()
     cron.close()
 
@@ -386,8 +407,12 @@ def test_a_served_memento_swept_by_the_cli_in_another_process_is_gone_at_once(
             for _ in range(2):
                 assert client.get(f"/memento/{memento.id}").status_code == 200
             done = subprocess.run(
-                [*amber_command(), "retention", "sweep", "--json"], env=clean_environ(environ),
-                capture_output=True, text=True, timeout=120, check=False,
+                [*amber_command(), "retention", "sweep", "--json"],
+                env=clean_environ(environ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
             )
             assert done.returncode == 0, done.stderr
             assert '"mementos_deleted": 1' in done.stdout

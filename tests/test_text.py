@@ -61,7 +61,10 @@ def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> by
     if to_unicode is not None:
         cmap = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(to_unicode), to_unicode))
         extra = b" /ToUnicode %d 0 R" % cmap
-    font = add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding%s >>" % extra)
+    font = add(
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding%s >>"
+        % extra
+    )
     kids = []
     for lines in pages:
         ops = [b"BT /F1 12 Tf 72 720 Td 14 TL"]
@@ -71,12 +74,17 @@ def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> by
         ops.append(b"ET")
         stream = b"\n".join(ops)
         content = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
-        kids.append(add(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-            b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>" % (font, content)
-        ))
+        kids.append(
+            add(
+                b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+                b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>" % (font, content)
+            )
+        )
     objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+        b" ".join(b"%d 0 R" % k for k in kids),
+        len(kids),
+    )
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):
@@ -85,7 +93,10 @@ def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> by
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
     return bytes(out)
 
 
@@ -96,8 +107,12 @@ def test_extractors_are_named_and_versioned() -> None:
     assert HTML_EXTRACTOR == "amber-html" and HTML_EXTRACTOR_VERSION.startswith("3+lexbor-")
     assert PDF_EXTRACTOR == "amber-pdf" and PDF_EXTRACTOR_VERSION.startswith("1+pdfium-")
     assert PLAIN_EXTRACTOR == "amber-plain" and PLAIN_EXTRACTOR_VERSION == "2"
-    assert extract_text(b"<p>x</p>", "text/html") == ExtractedText("x", HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
-    assert extract_text(b"x", "text/plain") == ExtractedText("x", PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION)
+    assert extract_text(b"<p>x</p>", "text/html") == ExtractedText(
+        "x", HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION
+    )
+    assert extract_text(b"x", "text/plain") == ExtractedText(
+        "x", PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION
+    )
 
 
 @pytest.mark.parametrize(
@@ -119,7 +134,9 @@ def test_dispatch_on_media_type(media_type: str, extractor: str) -> None:
     assert extract_text(b"<p>hello</p>", media_type).extractor == extractor
 
 
-@pytest.mark.parametrize("media_type", ["image/png", "application/octet-stream", "application/zip", "video/mp4", ""])
+@pytest.mark.parametrize(
+    "media_type", ["image/png", "application/octet-stream", "application/zip", "video/mp4", ""]
+)
 def test_unknown_and_binary_types_refused(media_type: str) -> None:
     with pytest.raises(InvalidContent, match="cannot extract text from"):
         extract_text(b"\x89PNG\r\n\x1a\n", media_type)
@@ -134,15 +151,15 @@ def test_errors_are_invalid_input() -> None:
 
 def test_inline_markup_joins_without_separator() -> None:
     assert html("<p>Hello <b>big</b> world</p>") == "Hello big world"
-    assert html("<p>un<i>believ</i>able <a href='#'>link</a>, <span>x</span><em>y</em><code>z</code></p>") == (
-        "unbelievable link, xyz"
-    )
+    assert html(
+        "<p>un<i>believ</i>able <a href='#'>link</a>, <span>x</span><em>y</em><code>z</code></p>"
+    ) == ("unbelievable link, xyz")
 
 
 def test_blocks_are_separated_by_line_breaks() -> None:
-    assert html("<h1>Title</h1><p>One</p><div>Two</div><ul><li>a<li>b</ul><blockquote>q</blockquote>") == (
-        "Title\nOne\nTwo\na\nb\nq"
-    )
+    assert html(
+        "<h1>Title</h1><p>One</p><div>Two</div><ul><li>a<li>b</ul><blockquote>q</blockquote>"
+    ) == ("Title\nOne\nTwo\na\nb\nq")
     assert html("a<br>b<br><br>c") == "a\nb\n\nc"
     assert html("<p>a</p>\n\n   <p>b</p>") == "a\nb"
 
@@ -171,12 +188,22 @@ def test_tables_captions_sidebars_nav_footer_are_text() -> None:
         "Home\nAbout us\nRelated\nSidebar note\nQuarterly figures\nQuarter\tRevenue\nQ1\t1,200\n"
         "Figure 1: the chart\n© 2024 Example Corp"
     )
-    for quote in ["About us", "Sidebar note", "Quarterly figures", "Q1 1,200", "Figure 1: the chart", "Example Corp"]:
+    for quote in [
+        "About us",
+        "Sidebar note",
+        "Quarterly figures",
+        "Q1 1,200",
+        "Figure 1: the chart",
+        "Example Corp",
+    ]:
         assert locate(text, quote).exact.replace("\t", " ") == quote
 
 
 def test_cells_do_not_fuse() -> None:
-    assert html("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>") == "a\tb\nc\td"
+    assert (
+        html("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>")
+        == "a\tb\nc\td"
+    )
 
 
 def test_invisible_elements_and_attributes_are_not_text() -> None:
@@ -204,11 +231,16 @@ def test_fallback_content_a_browser_does_not_show_is_not_text() -> None:
 
 
 def test_entities_decoded_nbsp_kept() -> None:
-    assert html("<p>a&nbsp;b &amp; c &lt;d&gt; &#8220;q&#x201D; &eacute;</p>") == "a\u00a0b & c <d> \u201cq\u201d \u00e9"
+    assert (
+        html("<p>a&nbsp;b &amp; c &lt;d&gt; &#8220;q&#x201D; &eacute;</p>")
+        == "a\u00a0b & c <d> \u201cq\u201d \u00e9"
+    )
 
 
 def test_deterministic() -> None:
-    page = ("<div><p>Some <b>text</b> here</p><table><tr><td>1</td></tr></table></div>" * 200).encode()
+    page = (
+        "<div><p>Some <b>text</b> here</p><table><tr><td>1</td></tr></table></div>" * 200
+    ).encode()
     text_module.clear_cache()
     first = extract_text(page, "text/html")
     text_module.clear_cache()
@@ -216,7 +248,9 @@ def test_deterministic() -> None:
     assert html_to_text(page.decode()) == first.text
 
 
-@given(st.text(alphabet=st.sampled_from(list("ab <>/&;#pdivbrspan\n\t\u00a0\u00e9'\"=")), max_size=200))
+@given(
+    st.text(alphabet=st.sampled_from(list("ab <>/&;#pdivbrspan\n\t\u00a0\u00e9'\"=")), max_size=200)
+)
 @FAST
 def test_any_markup_extracts_deterministically(markup: str) -> None:
     first = html_to_text(markup)
@@ -240,7 +274,9 @@ def test_charset_parameter_respected() -> None:
 
 
 def test_meta_charset_sniffed() -> None:
-    body = '<html><head><meta charset="iso-8859-15"></head><body><p>caf\u00e9 \u20ac</p></body></html>'.encode("iso-8859-15")
+    body = '<html><head><meta charset="iso-8859-15"></head><body><p>caf\u00e9 \u20ac</p></body></html>'.encode(
+        "iso-8859-15"
+    )
     assert extract_text(body, "text/html").text == "caf\u00e9 \u20ac"
     body = (
         '<meta http-equiv="Content-Type" content="text/html; charset=shift_jis"><p>\u65e5\u672c</p>'
@@ -260,7 +296,9 @@ def test_html_defaults_to_utf8_with_replacement() -> None:
     assert extract_text(b"<p>a\x00b</p>", "text/html").text == "ab"
 
 
-@pytest.mark.parametrize("label", ["idna", "punycode", "unicode_escape", "raw_unicode_escape", "utf-7"])
+@pytest.mark.parametrize(
+    "label", ["idna", "punycode", "unicode_escape", "raw_unicode_escape", "utf-7"]
+)
 def test_html_ignores_labels_that_are_not_character_encodings(label: str) -> None:
     """Python decodes these, but they transform text: a page declaring one must neither
     crash the extractor nor make text quotable that a browser shows differently."""
@@ -285,7 +323,10 @@ def test_plain_text_verbatim() -> None:
 
 
 def test_plain_text_charset_and_bom() -> None:
-    assert extract_text("caf\u00e9".encode("latin-1"), "text/plain; charset=latin-1").text == "caf\u00e9"
+    assert (
+        extract_text("caf\u00e9".encode("latin-1"), "text/plain; charset=latin-1").text
+        == "caf\u00e9"
+    )
     assert extract_text(b"\xef\xbb\xbfhello", "text/plain").text == "hello"
     assert extract_text("h\u00e9".encode("utf-16"), "text/plain; charset=utf-16").text == "h\u00e9"
 
@@ -353,7 +394,9 @@ def test_hundred_kib_page() -> None:
         "every \u201cquote\u201d is checked.</p>\n<table><tr><td>cell</td><td>42</td></tr></table>\n"
         "<script>track('x')</script>"
     )
-    page = ("<html><body>" + paragraph * (100 * 1024 // len(paragraph) + 1) + "</body></html>").encode()
+    page = (
+        "<html><body>" + paragraph * (100 * 1024 // len(paragraph) + 1) + "</body></html>"
+    ).encode()
     assert len(page) >= 100 * 1024
     text = extract_text(page, "text/html").text
     assert "every \u201cquote\u201d is checked.\ncell\t42\nThe archive keeps" in text
@@ -368,7 +411,9 @@ def test_pdf_text_and_pages() -> None:
     extracted = extract_text(pdf, "application/pdf")
     assert extracted.extractor == PDF_EXTRACTOR
     assert extracted.extractor_version == PDF_EXTRACTOR_VERSION
-    assert extracted.text == "Hello PDF world.\nSecond line here." + PDF_PAGE_SEPARATOR + "Page two."
+    assert (
+        extracted.text == "Hello PDF world.\nSecond line here." + PDF_PAGE_SEPARATOR + "Page two."
+    )
 
 
 def test_pdf_line_break_hyphenation_restored_and_matched() -> None:
@@ -384,7 +429,7 @@ def test_pdf_ligature_matched() -> None:
     pdf = make_pdf([[b"A \x01ne result."]], to_unicode=TOUNICODE_FI)
     text = extract_text(pdf, "application/pdf").text
     match = locate(text, "fine result", pdf=True)
-    assert text[match.start:match.end] in ("\ufb01ne result", "fine result")
+    assert text[match.start : match.end] in ("\ufb01ne result", "fine result")
 
 
 @pytest.mark.parametrize("body", [b"%PDF-1.4 not really", b"", b"hello", make_pdf([[b"x"]])[:200]])

@@ -24,8 +24,9 @@ TIMEOUT = 10.0  # generous upper bound for anything that should happen "soon"
 
 
 def request(content: bytes, uri: str = "https://ex.org/w") -> MementoRequest:
-    return MementoRequest(uri_r=uri, content=content, content_type="text/plain",
-                          facts=CaptureFacts(tool="http.get"))
+    return MementoRequest(
+        uri_r=uri, content=content, content_type="text/plain", facts=CaptureFacts(tool="http.get")
+    )
 
 
 def test_blobs_are_published_before_the_rows_commit(archive: Archive, monkeypatch: Any) -> None:
@@ -83,14 +84,21 @@ def test_concurrent_writes_share_a_publish(archive: Archive, monkeypatch: Any) -
         assert not list(archive.blobs.root.rglob(".tmp-*"))
 
 
-def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(archive: Archive, monkeypatch: Any) -> None:
+def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(
+    archive: Archive, monkeypatch: Any
+) -> None:
     """Staged passage and memento bytes whose write fails before the group commit (here the
     committer refuses, as when the server is shutting down) are removed at once: captured
     text nothing refers to must not wait for ``amber gc`` and this process's exit."""
     archive.transcripts.put("default", "t-failing", "P1Y", {})
-    document = archive.write_memento(MementoRequest(
-        uri_r="https://ex.org/policy", content=b"<p>Staff may carry over five days of leave.</p>",
-        content_type="text/html", facts=CaptureFacts(tool="http.get"))).memento
+    document = archive.write_memento(
+        MementoRequest(
+            uri_r="https://ex.org/policy",
+            content=b"<p>Staff may carry over five days of leave.</p>",
+            content_type="text/html",
+            facts=CaptureFacts(tool="http.get"),
+        )
+    ).memento
 
     def refusing_submit(item: Any) -> Any:
         raise RuntimeError("committer is closed")
@@ -100,8 +108,11 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(archive: Archi
     with pytest.raises(RuntimeError):
         archive.write_memento(request(b"never committed"))
     with pytest.raises(RuntimeError):
-        archive.citations.cite("default", "t-failing", [CitationRequest(
-            quote=QuoteRequest("carry over five days"), memento_id=document.id)])
+        archive.citations.cite(
+            "default",
+            "t-failing",
+            [CitationRequest(quote=QuoteRequest("carry over five days"), memento_id=document.id)],
+        )
     assert [memento_id for memento_id, _, _ in archive.index.all_memento_blobs()] == [document.id]
     if isinstance(archive.blobs, LocalBlobStore):  # S3 stored each object in stage(): gc's orphans
         assert not list(archive.blobs.root.rglob(".tmp-*"))
@@ -120,14 +131,20 @@ def local_archive(tmp_path: Path) -> Iterator[Archive]:
     opened.close()
 
 
-def test_loop_write_syncs_bytes_then_names_then_commits_rows(local_archive: Archive, monkeypatch: Any) -> None:
+def test_loop_write_syncs_bytes_then_names_then_commits_rows(
+    local_archive: Archive, monkeypatch: Any
+) -> None:
     archive = local_archive
     blobs = archive.blobs
     assert isinstance(blobs, LocalBlobStore)
     order: list[str] = []
     for step in ("_sync_bytes", "_sync_names"):
         real = getattr(blobs, step)
-        monkeypatch.setattr(blobs, step, lambda pending, real=real, step=step: (order.append(step), real(pending))[1])
+        monkeypatch.setattr(
+            blobs,
+            step,
+            lambda pending, real=real, step=step: (order.append(step), real(pending))[1],
+        )
     real_open = archive.index.open_write
 
     def open_write() -> Any:
@@ -139,8 +156,14 @@ def test_loop_write_syncs_bytes_then_names_then_commits_rows(local_archive: Arch
     monkeypatch.setattr(archive.index, "open_write", open_write)
 
     async def scenario() -> list[Any]:
-        return list(await asyncio.gather(*(
-            archive.write_memento_async(request(f"from the loop {i}".encode())) for i in range(8))))
+        return list(
+            await asyncio.gather(
+                *(
+                    archive.write_memento_async(request(f"from the loop {i}".encode()))
+                    for i in range(8)
+                )
+            )
+        )
 
     written = asyncio.run(scenario())
     assert order and order[:3] == ["_sync_bytes", "_sync_names", "commit"]
@@ -176,7 +199,9 @@ def test_loop_write_that_cannot_commit_is_not_acknowledged_and_leaves_nothing(
     assert again.created is True  # the writer connection went back: the next write works
 
 
-def test_loop_closing_mid_batch_ends_the_write_it_opened(local_archive: Archive, monkeypatch: Any) -> None:
+def test_loop_closing_mid_batch_ends_the_write_it_opened(
+    local_archive: Archive, monkeypatch: Any
+) -> None:
     """The loop shuts down while a batch waits for the disk: the batch is not committed, and
     the index write its disk step opens meanwhile is ended, so later writes still work."""
     archive = local_archive
@@ -204,10 +229,15 @@ def test_loop_closing_mid_batch_ends_the_write_it_opened(local_archive: Archive,
     release.set()  # the disk step goes on: names durable, index write opened, then ended
 
     async def later() -> Any:
-        return await asyncio.wait_for(archive.write_memento_async(request(b"written later")), TIMEOUT)
+        return await asyncio.wait_for(
+            archive.write_memento_async(request(b"written later")), TIMEOUT
+        )
 
     written = asyncio.run(later())
     assert archive.read_content(written.memento) == b"written later"
-    assert [m.id for m in archive.index.list_mementos(
-        "default", written.memento.urir_key, offset=0, limit=10)] == [
-        written.memento.id]  # the cut-short batch committed nothing
+    assert [
+        m.id
+        for m in archive.index.list_mementos(
+            "default", written.memento.urir_key, offset=0, limit=10
+        )
+    ] == [written.memento.id]  # the cut-short batch committed nothing

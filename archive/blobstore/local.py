@@ -105,8 +105,10 @@ class LocalBlobStore:
         directory, path = self._location(digest)
         if os.path.exists(path):
             # Perhaps renamed in by a concurrent put whose directory sync is still to come.
-            return StagedBlob(StoredBlob(address=address, size=len(data), created=False),
-                              _Staged(path, None, (directory,)))
+            return StagedBlob(
+                StoredBlob(address=address, size=len(data), created=False),
+                _Staged(path, None, (directory,)),
+            )
         try:
             created: list[str] = []
             try:
@@ -117,8 +119,10 @@ class LocalBlobStore:
         except OSError as exc:
             raise StorageError("could not write blob to the local store", address=address) from exc
         parents = tuple(os.path.dirname(made) for made in created)
-        return StagedBlob(StoredBlob(address=address, size=len(data), created=True),
-                          _Staged(path, temp_name, (directory, *parents)))
+        return StagedBlob(
+            StoredBlob(address=address, size=len(data), created=True),
+            _Staged(path, temp_name, (directory, *parents)),
+        )
 
     def publish(self, staged: Sequence[StagedBlob]) -> None:
         """Make staged blobs durable, together: one filesystem sync for all their bytes, then
@@ -135,7 +139,9 @@ class LocalBlobStore:
             raise StorageError("could not write blobs to the local store") from exc
 
     async def publish_async(
-        self, staged: Sequence[StagedBlob], offload: Callable[[Callable[[], Any]], Awaitable[Any]],
+        self,
+        staged: Sequence[StagedBlob],
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]],
         then: Callable[[], _T],
     ) -> _T:
         """:meth:`publish` from an event loop: ``offload`` runs the two syncs in a thread
@@ -278,8 +284,10 @@ class LocalBlobStore:
 
     def remove_temp_file(self, path: str) -> None:
         """Delete one of :meth:`temp_files` (nothing refers to it: it never got a name)."""
-        if not os.path.basename(path).startswith(_TEMP_PREFIX) or os.path.commonpath(
-                [self._root, path]) != self._root:
+        if (
+            not os.path.basename(path).startswith(_TEMP_PREFIX)
+            or os.path.commonpath([self._root, path]) != self._root
+        ):
             raise ValueError("not a temp file of this store")
         _remove_quietly(path)
 
@@ -385,7 +393,9 @@ _temp_numbers = itertools.count()
 def _write_temp(directory: str, digest: str, data: bytes) -> str:
     """A temp file in ``directory`` holding ``data`` (not yet synced); returns its name."""
     while True:  # the name format is read back by _writer_alive
-        name = os.path.join(directory, f"{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}")
+        name = os.path.join(
+            directory, f"{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}"
+        )
         try:
             descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             break
@@ -395,7 +405,7 @@ def _write_temp(directory: str, digest: str, data: bytes) -> str:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(descriptor, view):]
+                view = view[os.write(descriptor, view) :]
         finally:
             os.close(descriptor)
     except BaseException:

@@ -141,7 +141,9 @@ class S3BlobStore:
         self._sleep = sleep
         self._owns_client = owns_client
         # Several blobs of one request go up concurrently (each put is its own round trip).
-        self._uploads = ThreadPoolExecutor(max_workers=PARALLEL_PUTS, thread_name_prefix="amber-s3-put")
+        self._uploads = ThreadPoolExecutor(
+            max_workers=PARALLEL_PUTS, thread_name_prefix="amber-s3-put"
+        )
         # Extra PutObject parameters for server-side encryption (SSE-S3 or SSE-KMS).
         self.encryption = dict(encryption or {})
         self._blobs_prefix = f"{self.prefix}/{_BLOBS}/" if self.prefix else f"{_BLOBS}/"
@@ -161,7 +163,10 @@ class S3BlobStore:
             config=client_config(),
         )
         return cls(
-            client, bucket, prefix, owns_client=True,
+            client,
+            bucket,
+            prefix,
+            owns_client=True,
             encryption=encryption_params(settings.s3_sse, settings.s3_sse_kms_key_id),
             **{"lock_mode": settings.s3_object_lock_mode, **options},
         )
@@ -196,7 +201,9 @@ class S3BlobStore:
         addressed, not owned)."""
         if len(blobs) <= 1:
             return [self.stage(data, retain_until=retain_until) for data in blobs]
-        return list(self._uploads.map(functools.partial(self.stage, retain_until=retain_until), blobs))
+        return list(
+            self._uploads.map(functools.partial(self.stage, retain_until=retain_until), blobs)
+        )
 
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """A put: each object is durable on its own once S3 answers."""
@@ -528,7 +535,10 @@ class S3BlobStore:
                     log.warning(
                         "S3 refused to change the Object Lock mode of %s to %s (%s);"
                         " extending it in %s instead",
-                        address, mode, describe(exc), modes[number],
+                        address,
+                        mode,
+                        describe(exc),
+                        modes[number],
                     )
                     continue
                 raise StorageError(
