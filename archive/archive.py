@@ -29,7 +29,6 @@ from archive.drift import DriftService
 from archive.exceptions import (
     Gone,
     IdempotencyConflict,
-    InvalidDatetime,
     MementoNotFound,
     OriginalNotFound,
     PayloadTooLarge,
@@ -41,6 +40,7 @@ from archive.mementos import (
     CaptureFacts,
     Memento,
     Scope,
+    check_captured_at,
     check_media_type,
     check_memento_id,
     check_tool,
@@ -53,10 +53,6 @@ from archive.uri import URIR, parse_uri_r
 
 _T = TypeVar("_T")
 
-# Clocks of agents and server are never perfectly in step; a capture stamped this far
-# "in the future" is accepted as the client's claim rather than refused.
-CLOCK_SKEW = timedelta(seconds=5)
-EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
 # Reading (and re-hashing) a local blob this small takes microseconds: less than handing
 # the call to a worker thread. Larger ones, or any network read, go to a thread.
 QUICK_READ_BYTES = 256 * 1024
@@ -215,7 +211,7 @@ class Archive:
                 return self._replay(tenant, replay)
         uri = parse_uri_r(request.uri_r, self.settings.internal_schemes)
         archived_at = utc_now()
-        captured_at = self.check_captured_at(request.captured_at, archived_at)
+        captured_at = check_captured_at(request.captured_at, archived_at)
         media_type = check_media_type(request.content_type)
         if len(request.content) > self.settings.max_body_bytes:
             raise PayloadTooLarge("content is larger than the configured limit")
@@ -346,18 +342,6 @@ class Archive:
     def _replay(self, tenant: str, stored: StoredResponse) -> WriteResult:
         memento = self.get_memento(tenant, str(stored.body["memento_id"]))
         return WriteResult(memento, stored.status_code == 201)
-
-    def check_captured_at(self, claimed: datetime | None, archived_at: datetime) -> datetime:
-        if claimed is None:
-            return archived_at.replace(microsecond=0)
-        if claimed.tzinfo is None:
-            raise InvalidDatetime("captured_at must carry a timezone offset")
-        if claimed > archived_at + CLOCK_SKEW:
-            raise InvalidDatetime("captured_at is in the future")
-        if claimed < EARLIEST_CAPTURE:
-            raise InvalidDatetime("captured_at is before 1990")
-        # Memento-Datetime has one-second resolution (RFC 1123); keep exactly what we serve.
-        return claimed.replace(microsecond=0)
 
     # -- reading --------------------------------------------------------------------------
 

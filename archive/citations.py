@@ -39,6 +39,7 @@ from archive.mementos import (
     CaptureFacts,
     Memento,
     Scope,
+    check_captured_at,
     check_media_type,
     check_tool,
     memento_id,
@@ -383,7 +384,7 @@ class CitationDesk:
         try:
             uri = parse_uri_r(source.uri_r, self.archive.settings.internal_schemes)
             media_type = check_media_type(source.content_type)
-            captured_at = self.archive.check_captured_at(source.captured_at, utc_now())
+            captured_at = check_captured_at(source.captured_at, utc_now())
             facts = CaptureFacts(
                 tool=check_tool(source.tool),
                 final_url=source.final_url,

@@ -11,13 +11,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 import blake3
 
 from archive.dates import to_rfc3339
-from archive.exceptions import InvalidAddress, InvalidContent
+from archive.exceptions import InvalidAddress, InvalidContent, InvalidDatetime
 
 ID_LENGTH = 32  # hex characters: 128 bits
 _ID = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
@@ -46,6 +46,10 @@ KEPT_HEADERS = frozenset(
 )
 MAX_HEADER_VALUE = 2048
 MAX_TOOL_NAME = 200
+# Clocks of agents and server are never perfectly in step; a capture stamped this far
+# "in the future" is accepted as the client's claim rather than refused.
+CLOCK_SKEW = timedelta(seconds=5)
+EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
 
 
 class Scope(StrEnum):
@@ -141,3 +145,18 @@ def select_headers(headers: Mapping[str, str]) -> dict[str, str]:
             raise InvalidContent(f"capture header {lname!r} is too long or has control characters")
         kept[lname] = text
     return kept
+
+
+def check_captured_at(claimed: datetime | None, archived_at: datetime) -> datetime:
+    """The Memento-Datetime for a claimed capture time: the claim, checked and truncated to
+    the second; the server's receipt time when there is no claim."""
+    if claimed is None:
+        return archived_at.replace(microsecond=0)
+    if claimed.tzinfo is None:
+        raise InvalidDatetime("captured_at must carry a timezone offset")
+    if claimed > archived_at + CLOCK_SKEW:
+        raise InvalidDatetime("captured_at is in the future")
+    if claimed < EARLIEST_CAPTURE:
+        raise InvalidDatetime("captured_at is before 1990")
+    # Memento-Datetime has one-second resolution (RFC 1123); keep exactly what we serve.
+    return claimed.replace(microsecond=0)
