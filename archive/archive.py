@@ -20,7 +20,6 @@ from sqlalchemy import Connection
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
 from archive.blobstore.base import StagedBlob, discard_on_failure
-from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationDesk
 from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
@@ -193,7 +192,7 @@ class Archive:
         body, a local blob store and an in-process index (SQLite); no network round trip."""
         return (
             size <= QUICK_WRITE_BYTES
-            and isinstance(self.blobs, LocalBlobStore)
+            and self.blobs.capabilities.shared_sync
             and self.index.reads_in_process
         )
 
@@ -246,7 +245,7 @@ class Archive:
     def initial_lock(self, archived_at: datetime) -> datetime | None:
         """With S3 Object Lock, a new blob is locked for the grace period from the start;
         retention jobs extend the lock when a longer-lived citation reaches it."""
-        if getattr(self.blobs, "lock_mode", None) is None:
+        if self.blobs.lock_mode is None:
             return None
         return ceil_to_day(archived_at + timedelta(days=self.settings.citations.retention_days))
 
@@ -291,7 +290,6 @@ class Archive:
                 raise
 
         blobs = self.blobs
-        assert isinstance(blobs, LocalBlobStore)
         # The write opens (and may wait for SQLite's write lock) in the thread that made the
         # names durable, in the same hand-over.
         write = await blobs.publish_async(
@@ -371,7 +369,7 @@ class Archive:
         return self.index.reads_in_process
 
     def blob_read_is_quick(self, size: int) -> bool:
-        return self.blobs.reads_in_process and size <= QUICK_READ_BYTES
+        return self.blobs.capabilities.reads_in_process and size <= QUICK_READ_BYTES
 
     def read_content(self, memento: Memento) -> bytes:
         """The memento's bytes, re-hashed: raises IntegrityError rather than serve bad bytes."""

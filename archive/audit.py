@@ -18,7 +18,7 @@ from sqlalchemy import insert, select
 
 from archive.dates import utc_now
 from archive.index import Index
-from archive.schema import read_audit
+from archive.index.schema import read_audit
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from archive.dates import utc_now
 from archive.exceptions import AmberError, Gone, IdempotencyConflict, InvalidInput, NotFound
 from archive.hashing import content_address
 from archive.index import RowView, StoredResponse
+from archive.index.schema import citations
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -53,7 +54,6 @@ from archive.quotes import (
     prepare,
     quote_hash,
 )
-from archive.schema import citations
 from archive.text import ExtractedText, extract_text
 from archive.transcripts import Transcript
 from archive.uri import URIR, parse_uri_r

@@ -66,6 +66,15 @@ from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import AmberError, InvalidInput, NotFound
 from archive.fetch import FetchedDocument, fetch_async, guarded_async_client
 from archive.hashing import content_address
+from archive.index.schema import (
+    admin_log,
+    citations,
+    drift_checks,
+    drift_state,
+    mementos,
+    transcript_reviews,
+    transcripts,
+)
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -76,15 +85,6 @@ from archive.mementos import (
 )
 from archive.quotes import PreparedText, prepare
 from archive.retention import REACHERS
-from archive.schema import (
-    admin_log,
-    citations,
-    drift_checks,
-    drift_state,
-    mementos,
-    transcript_reviews,
-    transcripts,
-)
 from archive.text import PDF_EXTRACTOR, ExtractedText, extract_text
 from archive.transcripts import Transcript
 from archive.uri import parse_uri_r

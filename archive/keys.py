@@ -27,7 +27,7 @@ from sqlalchemy import bindparam, insert, select, update
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
 from archive.index import Index
-from archive.schema import api_keys
+from archive.index.schema import api_keys
 from archive.signals import ReadCache
 
 KEY_PREFIX = "amber"

@@ -53,7 +53,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
 from archive.index import Index
-from archive.schema import admin_log, blobs, citations, drift_checks, mementos, transcripts
+from archive.index.schema import admin_log, blobs, citations, drift_checks, mementos, transcripts
 from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000

@@ -22,7 +22,7 @@ from archive.config import CitationPolicy
 from archive.dates import add_iso8601_duration, parse_rfc3339, utc_now
 from archive.exceptions import AmberError, InvalidInput, NotFound
 from archive.index import Index
-from archive.schema import citations, transcripts
+from archive.index.schema import citations, transcripts
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
 MAX_LABELS = 50

@@ -42,8 +42,8 @@ from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.hashing import content_address
+from archive.index.schema import blobs, citations, mementos, transcripts
 from archive.retention import SweepReport
-from archive.schema import blobs, citations, mementos, transcripts
 
 CHUNK = 20_000
 

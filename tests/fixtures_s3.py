@@ -28,7 +28,8 @@ import pytest
 from moto import mock_aws  # before any boto3 session exists: moto hooks new sessions only
 
 from archive.blobstore.local import LocalBlobStore
-from archive.blobstore.s3 import S3BlobStore, client_config
+from archive.blobstore.s3 import S3BlobStore
+from archive.blobstore.s3_client import client_config
 from archive.config import Settings
 
 _INFRA = Path(__file__).resolve().parents[1] / "infra"

@@ -61,7 +61,7 @@ def test_the_floor_stores_every_write_in_ambers_schema(
     index = sqlite3.connect(tmp_path / "index.sqlite3")
     stored = dict(index.execute("SELECT id, content_hash FROM mementos"))
     migrated = index.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
-    from archive.migrations import MIGRATIONS
+    from archive.index.migrations import MIGRATIONS
 
     assert migrated == MIGRATIONS[-1].version
     assert len(stored) == 40

@@ -453,7 +453,7 @@ def test_server_side_encryption_on_every_put(
     moto_bucket: Any, sse: str, kms_key: str | None, expected: dict[str, str]
 ) -> None:
     """Every blob write asks for SSE; the stored object reports it (moto records it)."""
-    from archive.blobstore.s3 import encryption_params
+    from archive.blobstore.s3_client import encryption_params
 
     params = encryption_params(sse, kms_key)
     assert params == expected

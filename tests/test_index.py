@@ -11,9 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import DataError
 
 from archive.index import Index
+from archive.index.migrations import LATEST_VERSION, migrate
+from archive.index.schema import schema_migrations
 from archive.mementos import CaptureFacts, Memento, Scope, memento_id
-from archive.migrations import LATEST_VERSION, migrate
-from archive.schema import schema_migrations
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -18,9 +18,9 @@ from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict
+from archive.index.schema import blobs, mementos
 from archive.mementos import CaptureFacts
 from archive.retention import Retention
-from archive.schema import blobs, mementos
 
 DAY = timedelta(days=1)
 
@@ -703,7 +703,7 @@ def test_a_page_a_drift_check_archived_is_held_in_the_store_with_its_transcript(
 ) -> None:
     """The sweep keeps what a drift check archived for as long as the checked citation's
     transcript (and its hold); the store's legal hold must reach it the same way."""
-    from archive.schema import drift_checks
+    from archive.index.schema import drift_checks
 
     archive = governance_archive
     document = capture(archive, b"Locked evidence sentence." + FILLER)

@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from archive.archive import Archive, MementoRequest
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
+from archive.index.schema import blobs, mementos
 from archive.mementos import CaptureFacts
-from archive.schema import blobs, mementos
 
 EXPIRED = 240
 

@@ -25,8 +25,8 @@ from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict, StorageError
+from archive.index.schema import citations, mementos, transcripts
 from archive.mementos import CaptureFacts
-from archive.schema import citations, mementos, transcripts
 
 WORDS = ["alpha", "bravo", "charlie", "delta"]
 GRACE_DAYS = 3

@@ -19,8 +19,8 @@ from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.dates import utc_now
+from archive.index.schema import blobs, citations, mementos
 from archive.mementos import CaptureFacts
-from archive.schema import blobs, citations, mementos
 
 FILLER = b" Lorem ipsum filler so that a passage (quote plus context) is not the whole page." * 8
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit
 
-from archive.blobstore.base import BlobStore, StoredBlob
+from archive.blobstore.base import BlobStore, BlobStoreCapabilities, StoredBlob
 from archive.config import Settings
 from archive.exceptions import ConfigurationError
 
-__all__ = ["BlobStore", "StoredBlob", "open_blob_store"]
+__all__ = ["BlobStore", "BlobStoreCapabilities", "StoredBlob", "open_blob_store"]
 
 
 def open_blob_store(settings: Settings) -> BlobStore:

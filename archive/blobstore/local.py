@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from archive.blobstore.base import StagedBlob, StoredBlob, ceil_to_second
+from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob, ceil_to_second
 from archive.exceptions import BlobNotFound, StorageError
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
@@ -43,7 +43,10 @@ _T = TypeVar("_T")
 
 
 class LocalBlobStore:
-    reads_in_process = True  # a small blob is in the page cache: microseconds to read
+    # A small blob is in the page cache: microseconds to read. A batch shares one sync.
+    capabilities = BlobStoreCapabilities(
+        reads_in_process=True, shared_sync=True, local_deletes=True
+    )
 
     def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.root = Path(root)
@@ -293,6 +296,13 @@ class LocalBlobStore:
 
     def close(self) -> None:
         return None
+
+    def stored_at(self, address: str) -> datetime | None:
+        """When the blob file was last written (None if absent): GC's safety age."""
+        try:
+            return datetime.fromtimestamp(os.stat(self.path_for(address)).st_mtime).astimezone()
+        except FileNotFoundError:
+            return None
 
     def versions_of(self, address: str) -> list[str | None]:
         """``[None]`` when the blob exists (the local store keeps no versions), else ``[]``."""

@@ -36,33 +36,37 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar, cast
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    FlexibleChecksumError,
-    HTTPClientError,
-    IncompleteReadError,
-    SSLError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
 )
 
-from archive.blobstore.base import StagedBlob, StoredBlob, ceil_to_second
+from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob
+from archive.blobstore.objectlock import S3ObjectLock, lock_state
+from archive.blobstore.s3_client import (
+    NOT_FOUND_CODES,
+    PRECONDITION_CODES,
+    ObjectVanished,
+    client_config,
+    describe,
+    encryption_params,
+    error_code,
+    is_lock_refusal,
+    is_transient,
+)
 from archive.config import OBJECT_LOCK_MODES, Settings
 from archive.exceptions import (
     AmberError,
     BlobNotFound,
     IntegrityError,
-    RetentionLocked,
     StorageError,
 )
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
@@ -74,45 +78,19 @@ T = TypeVar("T")
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF_BASE = 0.2  # seconds before the first retry (before jitter)
 DEFAULT_BACKOFF_MAX = 5.0
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 30.0
-DEFAULT_MAX_POOL_CONNECTIONS = 32  # the API serves requests from a thread pool
 PARALLEL_PUTS = 8  # concurrent uploads of one stage_many
 
 _BLOBS = "blobs"
 _RELATIVE_KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/([0-9a-f]{64})")
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "NotFound", "404"})
-_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
-# How S3 refuses to delete (or to shorten the retention of) a version under Object Lock:
-# AWS, SeaweedFS, Ceph and MinIO answer 403 AccessDenied; some say ObjectLocked.
-_LOCK_REFUSAL_CODES = frozenset({"AccessDenied", "ObjectLocked", "ObjectLockedException"})
-_LOCK_WORDS = re.compile(r"lock|retention|retain|hold|worm", re.IGNORECASE)
-# Error codes worth another attempt even though their status is below 500.
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "TooManyRequests",
-        "RequestLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "OperationAborted",  # 409: a conflicting operation is in progress
-        "ConditionalRequestConflict",  # 409: concurrent conditional writes to one key
-    }
-)
 
 
-class _ObjectVanished(Exception):
-    """412 said the object exists, then HEAD did not find it (a delete raced us): retry."""
-
-
-class S3BlobStore:
+class S3BlobStore(S3ObjectLock):
     """Immutable, content-addressed blobs in one bucket under one key prefix."""
 
-    reads_in_process = False  # every get is a network round trip
+    # Every get and delete is a network round trip; each put is made durable by itself.
+    capabilities = BlobStoreCapabilities(
+        reads_in_process=False, shared_sync=False, local_deletes=False
+    )
 
     def __init__(
         self,
@@ -286,6 +264,28 @@ class S3BlobStore:
             params["VersionIdMarker"] = page.get("NextVersionIdMarker")
         return [version for _, version in sorted(found)]
 
+    async def publish_async(
+        self,
+        staged: Sequence[StagedBlob],
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]],
+        then: Callable[[], T],
+    ) -> T:
+        """Staged blobs are stored already (``stage`` puts them); ``then`` runs in a thread."""
+        self.publish(staged)
+        return cast(T, await offload(then))
+
+    @contextmanager
+    def batched_deletes(self) -> Iterator[None]:
+        """Each delete is its own request: there is nothing to share."""
+        yield
+
+    def temp_files(self) -> Iterator[tuple[str, datetime]]:
+        """None: S3 stages nothing outside the bucket's objects (orphans are found by key)."""
+        return iter(())
+
+    def remove_temp_file(self, path: str) -> None:
+        raise ValueError("the S3 store keeps no temp files")
+
     def stored_at(self, address: str) -> datetime | None:
         """When the newest version was written (None if absent): GC's safety age."""
         head = self._head(self.key_for(address))
@@ -293,62 +293,6 @@ class S3BlobStore:
             return None
         modified: datetime = head["LastModified"]
         return modified
-
-    # -- the RetentionLock capability (S3 Object Lock) ---------------------------------
-
-    @property
-    def lock_mode(self) -> str | None:
-        """The Object Lock mode: "GOVERNANCE", "COMPLIANCE", or None (no lock is set)."""
-        return self._lock_mode
-
-    def set_retention(
-        self, address: str, version_id: str | None, retain_until: datetime
-    ) -> datetime:
-        """Extend the version's retain-until to ``retain_until`` (rounded up to the second).
-
-        Never shortens: when the date in force is already as late, nothing is sent.
-        Returns the date now in force (at least the rounded request). Without a lock mode,
-        or for a date already past (which S3 refuses), nothing is sent either.
-        """
-        wanted = ceil_to_second(retain_until)
-        if self._lock_mode is None:
-            return wanted
-        key = self.key_for(address)
-        return self._retry(
-            "RETENTION", address, lambda: self._extend_once(key, address, version_id, wanted)
-        )
-
-    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None:
-        """Turn the version's S3 legal hold on or off (no-op without a lock mode)."""
-        if self._lock_mode is None:
-            return
-        key = self.key_for(address)
-        params = self._params(key, version_id)
-        self._retry("LEGAL_HOLD", address, lambda: self._legal_hold_once(params, address, on))
-
-    def retention_of(self, address: str, version_id: str | None) -> tuple[datetime | None, bool]:
-        """``(retain_until in UTC or None, legal hold on)`` of the version, via HeadObject."""
-        key = self.key_for(address)
-        head = self._retry("HEAD", address, lambda: self._head(key, version_id))
-        if head is None:
-            raise BlobNotFound("no blob at this address", address=address)
-        until, _mode, hold = _lock_state(head)
-        return until, hold
-
-    def erase(self, address: str, version_id: str | None, reason: str) -> None:
-        """Admin erasure of one version, now: legal hold off, then delete.
-
-        GOVERNANCE retention is bypassed (``BypassGovernanceRetention``; needs the
-        ``s3:BypassGovernanceRetention`` permission). COMPLIANCE retention cannot be:
-        :class:`RetentionLocked` says erasure is impossible until the date. Erasing a
-        version that is already gone does nothing. ``reason`` is required but not logged
-        (it may name a person); the caller records it in the admin log.
-        """
-        if not reason.strip():
-            raise ValueError("an erasure needs a reason")
-        key = self.key_for(address)
-        self._require_version("erase", version_id)
-        self._retry("ERASE", address, lambda: self._erase_once(key, address, version_id))
 
     # -- single attempts (no retries here) --------------------------------------------
 
@@ -373,7 +317,7 @@ class S3BlobStore:
         try:
             response = self.client.put_object(**params)
         except ClientError as exc:
-            if _error_code(exc) not in _PRECONDITION_CODES:
+            if error_code(exc) not in PRECONDITION_CODES:
                 raise
             existing = self._confirm_existing(key, address, len(data), checksum)
             if lock is not None and (existing.retain_until is None or existing.retain_until < lock):
@@ -392,7 +336,7 @@ class S3BlobStore:
         """After a 412: prove the stored object is our bytes before calling the put done."""
         head = self._head(key)
         if head is None:
-            raise _ObjectVanished(key)
+            raise ObjectVanished(key)
         stored_checksum = head.get("ChecksumSHA256")
         if head.get("ContentLength") != size or (stored_checksum and stored_checksum != checksum):
             raise IntegrityError(
@@ -404,14 +348,14 @@ class S3BlobStore:
             size=size,
             version_id=head.get("VersionId"),
             created=False,
-            retain_until=_lock_state(head)[0],
+            retain_until=lock_state(head)[0],
         )
 
     def _get_once(self, key: str, address: str, version_id: str | None) -> bytes:
         try:
             response = self.client.get_object(**self._params(key, version_id))
         except ClientError as exc:
-            if _error_code(exc) in _NOT_FOUND_CODES:
+            if error_code(exc) in NOT_FOUND_CODES:
                 raise BlobNotFound("no blob at this address", address=address) from None
             raise
         body = response["Body"]
@@ -428,7 +372,7 @@ class S3BlobStore:
                 **self._params(key, version_id), ChecksumMode="ENABLED"
             )
         except ClientError as exc:
-            if _error_code(exc) in _NOT_FOUND_CODES:
+            if error_code(exc) in NOT_FOUND_CODES:
                 return None
             raise
         return head
@@ -437,35 +381,10 @@ class S3BlobStore:
         try:
             self.client.delete_object(**params)
         except ClientError as exc:
-            if _is_lock_refusal(exc):
+            if is_lock_refusal(exc):
                 raise self._locked(params, address, exc) from None
-            if _error_code(exc) not in _NOT_FOUND_CODES:
+            if error_code(exc) not in NOT_FOUND_CODES:
                 raise
-
-    def _locked(self, params: dict[str, Any], address: str, exc: ClientError) -> RetentionLocked:
-        """The RetentionLocked for a refused delete, with the lock state when readable."""
-        detail: dict[str, Any] = {"bucket": self.bucket, "address": address}
-        if params.get("VersionId"):
-            detail["version_id"] = params["VersionId"]
-        try:
-            head = self._head(params["Key"], params.get("VersionId"))
-        except Exception:  # best effort: the refusal is what matters
-            head = None
-        until, mode, hold = _lock_state(head) if head is not None else (None, None, False)
-        if until is not None:
-            detail["retain_until"] = until.isoformat()
-        if mode is not None:
-            detail["lock_mode"] = mode
-        detail["legal_hold"] = hold
-        what = "a legal hold" if hold else "Object Lock retention"
-        if until is not None and not hold:
-            what += f" until {until.isoformat()}"
-        return RetentionLocked(
-            f"S3 refused to delete this version ({describe(exc)}): {what} is still in force, or"
-            " the store's clock is behind ours; not yet, retry later (persistent AccessDenied"
-            " without a lock means missing permissions)",
-            **detail,
-        )
 
     def _require_version(self, operation: str, version_id: str | None) -> None:
         if version_id is None and self._is_versioned():
@@ -483,102 +402,6 @@ class S3BlobStore:
             )
             self._versioned = answer.get("Status") in ("Enabled", "Suspended")
         return self._versioned
-
-    def _initial_lock(self, retain_until: datetime | None) -> datetime | None:
-        """The retain-until to set in a PutObject, or None for no lock."""
-        if retain_until is None:
-            return None
-        wanted = ceil_to_second(retain_until)
-        if self._lock_mode is None or wanted <= _now():
-            return None
-        return wanted
-
-    def _extend_once(
-        self, key: str, address: str, version_id: str | None, wanted: datetime
-    ) -> datetime:
-        """One HEAD-then-PutObjectRetention; never sends a date earlier than the one in force."""
-        head = self._head(key, version_id)
-        if head is None:
-            raise BlobNotFound("no blob at this address", address=address)
-        current, current_mode, _hold = _lock_state(head)
-        if current is not None and current >= wanted:
-            return current
-        if wanted <= _now():
-            return wanted  # protects nothing, and S3 refuses retain-until dates in the past
-        modes = [self._lock_mode]
-        if current_mode is not None and current is not None and current > _now():
-            if current_mode == "COMPLIANCE":
-                modes = ["COMPLIANCE"]  # never try to weaken: S3 would refuse it anyway
-            elif current_mode != self._lock_mode:
-                # GOVERNANCE -> COMPLIANCE is allowed by AWS but refused by some stores
-                # (SeaweedFS 4.48): then at least extend the date in the mode in force.
-                modes.append(current_mode)
-        for number, mode in enumerate(modes, start=1):
-            try:
-                self.client.put_object_retention(
-                    **self._params(key, version_id),
-                    Retention={"Mode": mode, "RetainUntilDate": wanted},
-                )
-                return wanted
-            except ClientError as exc:
-                code = _error_code(exc)
-                if code in _NOT_FOUND_CODES:
-                    raise BlobNotFound("no blob at this address", address=address) from None
-                if code not in _LOCK_REFUSAL_CODES and code != "InvalidRequest":
-                    raise
-                # A concurrent extension may have gone further; otherwise this is for a human.
-                again = self._head(key, version_id)
-                in_force = _lock_state(again)[0] if again is not None else None
-                if in_force is not None and in_force >= wanted:
-                    return in_force
-                if number < len(modes):
-                    log.warning(
-                        "S3 refused to change the Object Lock mode of %s to %s (%s);"
-                        " extending it in %s instead",
-                        address,
-                        mode,
-                        describe(exc),
-                        modes[number],
-                    )
-                    continue
-                raise StorageError(
-                    f"S3 refused to extend retention to {wanted.isoformat()} ({describe(exc)});"
-                    " is Object Lock enabled on the bucket, and the mode change allowed?",
-                    operation="RETENTION",
-                    bucket=self.bucket,
-                    address=address,
-                ) from None
-        raise AssertionError("unreachable")  # the loop always returns or raises
-
-    def _legal_hold_once(self, params: dict[str, Any], address: str, on: bool) -> None:
-        try:
-            self.client.put_object_legal_hold(**params, LegalHold={"Status": "ON" if on else "OFF"})
-        except ClientError as exc:
-            if _error_code(exc) in _NOT_FOUND_CODES:
-                raise BlobNotFound("no blob at this address", address=address) from None
-            raise
-
-    def _erase_once(self, key: str, address: str, version_id: str | None) -> None:
-        head = self._head(key, version_id)
-        if head is None:
-            return  # already gone: erasure is idempotent
-        until, mode, hold = _lock_state(head)
-        if mode == "COMPLIANCE" and until is not None and until > _now():
-            raise RetentionLocked(
-                f"erasure is impossible until {until.isoformat()}: this version is under S3"
-                " Object Lock COMPLIANCE retention, which nobody can shorten or bypass",
-                bucket=self.bucket,
-                address=address,
-                version_id=version_id or "",
-                retain_until=until.isoformat(),
-                lock_mode=mode,
-            )
-        params: dict[str, Any] = self._params(key, version_id)
-        if hold:
-            self._legal_hold_once(params, address, on=False)
-        if mode == "GOVERNANCE" and until is not None:
-            params = {**params, "BypassGovernanceRetention": True}
-        self._delete_once(params, address)
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
         params = {"Bucket": self.bucket, "Prefix": self._blobs_prefix}
@@ -631,7 +454,7 @@ class S3BlobStore:
 
     def _backoff(self, number: int) -> float:
         """Exponential, capped, with "equal jitter" so concurrent clients spread out."""
-        ceiling = min(self.backoff_max, self.backoff_base * 2 ** (number - 1))
+        ceiling = float(min(self.backoff_max, self.backoff_base * 2 ** (number - 1)))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _storage_error(
@@ -643,84 +466,6 @@ class S3BlobStore:
             bucket=self.bucket,
             address=address,
         )
-
-
-def encryption_params(sse: str | None, kms_key_id: str | None) -> dict[str, str]:
-    """PutObject parameters for ``AMBER_S3_SSE`` / ``AMBER_S3_SSE_KMS_KEY_ID``."""
-    if sse is None:
-        return {}
-    params = {"ServerSideEncryption": sse}
-    if kms_key_id:
-        params["SSEKMSKeyId"] = kms_key_id
-    return params
-
-
-def client_config(
-    *,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-    read_timeout: float = DEFAULT_READ_TIMEOUT,
-) -> Config:
-    """botocore settings: path-style (works everywhere), bounded timeouts, no own retries."""
-    return Config(
-        s3={"addressing_style": "path"},
-        signature_version="s3v4",
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"max_attempts": 1, "mode": "standard"},  # 1 = no retry: ours is the loop
-        max_pool_connections=DEFAULT_MAX_POOL_CONNECTIONS,
-    )
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth another attempt: 5xx, throttling, timeouts, broken connections or streams."""
-    if isinstance(exc, _ObjectVanished):
-        return True
-    if isinstance(exc, ClientError):
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return status >= 500 or status == 429 or _error_code(exc) in _TRANSIENT_CODES
-    if isinstance(exc, SSLError):
-        return False  # certificate problems do not heal by retrying
-    # HTTPClientError covers ReadTimeoutError, ConnectionClosedError, ResponseStreamingError;
-    # ConnectionError covers EndpointConnectionError and ConnectTimeoutError.
-    return isinstance(
-        exc, HTTPClientError | BotoConnectionError | IncompleteReadError | FlexibleChecksumError
-    )
-
-
-def describe(exc: BaseException) -> str:
-    """A one-line reason for logs and errors; never includes request or response bodies."""
-    if isinstance(exc, ClientError):
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return f"{_error_code(exc)} (HTTP {status})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _is_lock_refusal(exc: ClientError) -> bool:
-    """S3 refusing because of Object Lock (AccessDenied, or a lock-worded InvalidRequest)."""
-    code = _error_code(exc)
-    if code in _LOCK_REFUSAL_CODES:
-        return True
-    message = str(exc.response.get("Error", {}).get("Message", ""))
-    return code == "InvalidRequest" and _LOCK_WORDS.search(message) is not None
-
-
-def _lock_state(head: dict[str, Any]) -> tuple[datetime | None, str | None, bool]:
-    """(retain-until in UTC, mode, legal hold on) from a HeadObject answer."""
-    until = head.get("ObjectLockRetainUntilDate")
-    if isinstance(until, datetime):
-        until = until.astimezone(UTC) if until.tzinfo else until.replace(tzinfo=UTC)
-    else:
-        until = None
-    mode = head.get("ObjectLockMode") or None
-    return until, mode, head.get("ObjectLockLegalHoldStatus") == "ON"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _sha256_base64(data: bytes) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from archive.dates import utc_now
-from archive.schema import schema_migrations
+from archive.index.schema import schema_migrations
 
 _ADVISORY_LOCK_KEY = 0x616D626572  # "amber"
 

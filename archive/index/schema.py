@@ -19,14 +19,16 @@ class UTCDateTime(TypeDecorator[datetime]):
     impl = DateTime
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to the index")
         return value.astimezone(UTC).replace(tzinfo=None)
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_result_value(
+        self, value: datetime | str | None, dialect: Dialect
+    ) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):  # SQLite hands back text for raw-DDL TIMESTAMP columns

@@ -1,0 +1,86 @@
+"""The index's database engines: URLs, SQLite's pragmas and its single writer, and the
+write transaction as an object.
+
+SQLite (embedded default) runs in WAL mode with a busy timeout; writes open with
+``BEGIN IMMEDIATE`` on a dedicated single-connection engine, so there is one writer at a time
+and it never deadlocks upgrading a read lock. PostgreSQL runs writers concurrently; there
+every write holds a transaction-level advisory lock (:data:`RETENTION_LOCK`) that retention's
+deletions take alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
+
+# The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
+# any constant unlikely to collide with another application's keys in the same database.
+RETENTION_LOCK = 0x616D626572_01  # "amber", 1
+
+
+def lock_against_sweeps(connection: Connection, dialect: str, *, exclusive: bool) -> None:
+    """On PostgreSQL, the shared (or, for ``exclusive`` writes, sole) advisory lock that keeps
+    a retention sweep from deleting beside a write that reaches the same memento."""
+    if dialect == "postgresql":
+        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        connection.exec_driver_sql(f"SELECT {function}({RETENTION_LOCK})")
+
+
+@dataclass
+class OpenWrite:
+    """A write transaction from :meth:`Index.open_write`; ``commit`` or ``rollback`` once."""
+
+    connection: Connection
+    transaction: RootTransaction
+
+    def commit(self) -> None:
+        try:
+            self.transaction.commit()
+        finally:
+            self.connection.close()
+
+    def rollback(self) -> None:
+        try:
+            self.transaction.rollback()
+        finally:
+            self.connection.close()
+
+
+def driver_url(url: str) -> str:
+    # Plain postgresql:// in AMBER_DATABASE_URL means psycopg 3, the driver we ship.
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def sqlite_path_of(url: str) -> str:
+    return url.split("///", 1)[1].split("?", 1)[0]
+
+
+def sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
+    if immediate:
+        # One connection, one writer: BEGIN IMMEDIATE takes the write lock up front.
+        engine = create_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+    else:
+        # As many connections as the API has worker threads: an overflow connection is
+        # opened and closed per checkout, which under load costs more than the query.
+        engine = create_engine(url, pool_size=48, max_overflow=16, pool_timeout=60)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        if immediate:  # WAL is a property of the database file: the writer sets it once
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
