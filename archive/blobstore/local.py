@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob, ceil_to_second
+from archive.blobstore.objectlock import NoStorageLock
 from archive.exceptions import BlobNotFound, StorageError
 from archive.hashing import ALGORITHM, content_address, parse_address, verify
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class LocalBlobStore:
+class LocalBlobStore(NoStorageLock):
     # A small blob is in the page cache: microseconds to read. A batch shares one sync.
     capabilities = BlobStoreCapabilities(
         reads_in_process=True, shared_sync=True, local_deletes=True
@@ -307,35 +308,6 @@ class LocalBlobStore:
     def versions_of(self, address: str) -> list[str | None]:
         """``[None]`` when the blob exists (the local store keeps no versions), else ``[]``."""
         return [None] if self.exists(address) else []
-
-    # -- RetentionLock: no storage-level lock, so no-ops ------------------------------------
-
-    @property
-    def lock_mode(self) -> str | None:
-        return None
-
-    def set_retention(
-        self, address: str, version_id: str | None, retain_until: datetime
-    ) -> datetime:
-        """Nothing to set; returns ``retain_until`` rounded up to the second, like S3."""
-        self.path_for(address)  # validates the address
-        return ceil_to_second(retain_until)
-
-    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None:
-        self.path_for(address)
-
-    def retention_of(self, address: str, version_id: str | None) -> tuple[datetime | None, bool]:
-        """Always ``(None, False)``; raises BlobNotFound when the blob is absent."""
-        if not self.exists(address):
-            raise BlobNotFound("no blob at this address", address=address)
-        return None, False
-
-    def erase(self, address: str, version_id: str | None, reason: str) -> None:
-        """Admin erasure: a plain delete (nothing at storage level can refuse it)."""
-        if not reason.strip():
-            raise ValueError("an erasure needs a reason")
-        log.warning("erasing blob %s from the local store", address)
-        self.delete(address, version_id)
 
 
 _SHARD = re.compile(r"[0-9a-f]{2}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -235,3 +236,43 @@ def lock_state(head: dict[str, Any]) -> tuple[datetime | None, str | None, bool]
 
 def utc_clock() -> datetime:
     return datetime.now(UTC)
+
+
+class NoStorageLock:
+    """The :class:`~archive.blobstore.base.RetentionLock` of a store that has no
+    storage-level lock (the local directory): ``lock_mode`` None, dates and holds accepted
+    and ignored, and erasure a plain delete. Early deletion is then prevented by Amber's
+    retention rules alone."""
+
+    if TYPE_CHECKING:  # provided by the store
+
+        def path_for(self, address: str) -> Path: ...
+        def exists(self, address: str) -> bool: ...
+        def delete(self, address: str, version_id: str | None = None) -> None: ...
+
+    @property
+    def lock_mode(self) -> str | None:
+        return None
+
+    def set_retention(
+        self, address: str, version_id: str | None, retain_until: datetime
+    ) -> datetime:
+        """Nothing to set; returns ``retain_until`` rounded up to the second, like S3."""
+        self.path_for(address)  # validates the address
+        return ceil_to_second(retain_until)
+
+    def set_legal_hold(self, address: str, version_id: str | None, on: bool) -> None:
+        self.path_for(address)
+
+    def retention_of(self, address: str, version_id: str | None) -> tuple[datetime | None, bool]:
+        """Always ``(None, False)``; raises BlobNotFound when the blob is absent."""
+        if not self.exists(address):
+            raise BlobNotFound("no blob at this address", address=address)
+        return None, False
+
+    def erase(self, address: str, version_id: str | None, reason: str) -> None:
+        """Admin erasure: a plain delete (nothing at storage level can refuse it)."""
+        if not reason.strip():
+            raise ValueError("an erasure needs a reason")
+        log.warning("erasing blob %s from the local store", address)
+        self.delete(address, version_id)
