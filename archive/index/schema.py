@@ -10,7 +10,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Float, Integer, MetaData, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
@@ -98,12 +110,12 @@ mementos = Table(
     "mementos",
     metadata,
     Column("id", Text, primary_key=True),
-    Column("tenant", Text, nullable=False),
+    Column("tenant", Text, ForeignKey("tenants.id"), nullable=False),
     Column("uri_r", Text, nullable=False),
     Column("urir_key", Text, nullable=False),
     Column("captured_at", UTCDateTime, nullable=False),
     Column("archived_at", UTCDateTime, nullable=False),
-    Column("content_hash", Text, nullable=False),
+    Column("content_hash", Text, ForeignKey("blobs.address"), nullable=False),
     Column("blob_version_id", Text),
     Column("media_type", Text, nullable=False),
     Column("size", BigInteger, nullable=False),
@@ -133,7 +145,7 @@ api_keys = Table(
     "api_keys",
     metadata,
     Column("key_id", Text, primary_key=True),
-    Column("tenant", Text, nullable=False),
+    Column("tenant", Text, ForeignKey("tenants.id"), nullable=False),
     Column("role", Text, nullable=False),
     Column("name", Text),
     Column("key_hmac", Text, nullable=False),
@@ -156,7 +168,7 @@ read_audit = Table(
 transcripts = Table(
     "transcripts",
     metadata,
-    Column("tenant", Text, primary_key=True),
+    Column("tenant", Text, ForeignKey("tenants.id"), primary_key=True),
     Column("id", Text, primary_key=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -172,8 +184,8 @@ citations = Table(
     Column("id", Text, primary_key=True),
     Column("tenant", Text, nullable=False),
     Column("transcript_id", Text, nullable=False),
-    Column("passage_memento_id", Text, nullable=False),
-    Column("document_memento_id", Text),
+    Column("passage_memento_id", Text, ForeignKey("mementos.id"), nullable=False),
+    Column("document_memento_id", Text, ForeignKey("mementos.id")),
     Column("document_hash", Text, nullable=False),
     Column("document_size", BigInteger, nullable=False),
     Column("document_media_type", Text, nullable=False),
@@ -194,6 +206,7 @@ citations = Table(
     Column("run_id", Text),
     Column("source_ids_json", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant", "transcript_id"], ["transcripts.tenant", "transcripts.id"]),
 )
 
 admin_log = Table(
@@ -215,7 +228,7 @@ drift_checks = Table(
     metadata,
     Column("id", Text, primary_key=True),
     Column("tenant", Text, nullable=False),
-    Column("citation_id", Text, nullable=False),
+    Column("citation_id", Text, ForeignKey("citations.id"), nullable=False),
     Column("transcript_id", Text, nullable=False),
     Column("memento_id", Text, nullable=False),  # the cited passage memento
     Column("uri_r", Text, nullable=False),
@@ -239,14 +252,14 @@ drift_checks = Table(
     Column("found_score", Float),
     Column("reasons_json", Text, nullable=False),
     Column("diff_json", Text),
-    Column("new_passage_memento_id", Text),
-    Column("live_document_memento_id", Text),
+    Column("new_passage_memento_id", Text, ForeignKey("mementos.id")),
+    Column("live_document_memento_id", Text, ForeignKey("mementos.id")),
 )
 
 drift_state = Table(
     "drift_state",
     metadata,
-    Column("citation_id", Text, primary_key=True),
+    Column("citation_id", Text, ForeignKey("citations.id"), primary_key=True),
     Column("tenant", Text, nullable=False),
     Column("last_check_id", Text, nullable=False),
     Column("last_checked_at", UTCDateTime, nullable=False),
@@ -268,4 +281,40 @@ transcript_reviews = Table(
     Column("cleared_by", Text),
     Column("cleared_note", Text),
     Column("cleared_at", UTCDateTime),
+    ForeignKeyConstraint(["tenant", "transcript_id"], ["transcripts.tenant", "transcripts.id"]),
+)
+
+# The indexes the migrations create, declared here too so that the Core tables describe the
+# whole schema (tests/test_schema.py holds the two equal).
+for _name, _table, _columns in (
+    ("mementos_by_original", mementos, ("tenant", "urir_key", "captured_at", "scope", "id")),
+    ("mementos_by_blob", mementos, ("content_hash",)),
+    ("api_keys_by_tenant", api_keys, ("tenant",)),
+    ("read_audit_by_time", read_audit, ("tenant", "at", "id")),
+    ("citations_by_transcript", citations, ("tenant", "transcript_id", "created_at", "id")),
+    ("citations_by_passage", citations, ("passage_memento_id",)),
+    ("citations_by_document", citations, ("document_memento_id",)),
+    ("admin_log_by_time", admin_log, ("tenant", "at", "id")),
+    ("drift_checks_by_citation", drift_checks, ("tenant", "citation_id", "checked_at", "id")),
+    ("drift_checks_by_host", drift_checks, ("tenant", "host", "checked_at")),
+    ("drift_checks_by_passage", drift_checks, ("new_passage_memento_id",)),
+    ("drift_checks_by_memento", drift_checks, ("memento_id",)),
+    ("drift_checks_by_live_document", drift_checks, ("live_document_memento_id",)),
+    ("drift_state_by_time", drift_state, ("last_checked_at",)),
+    ("transcript_reviews_open", transcript_reviews, ("tenant", "needs_review", "flagged_at")),
+):
+    Index(_name, *(_table.c[c] for c in _columns))
+# Partial: only what a sweep or a write has to find.
+Index(
+    "mementos_due",
+    mementos.c.expires_at,
+    mementos.c.id,
+    sqlite_where=mementos.c.deleted_at.is_(None),
+    postgresql_where=mementos.c.deleted_at.is_(None),
+)
+Index(
+    "blobs_deleting",
+    blobs.c.address,
+    sqlite_where=blobs.c.state == "deleting",
+    postgresql_where=blobs.c.state == "deleting",
 )
