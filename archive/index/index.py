@@ -28,6 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 from archive.blobstore.base import StoredBlob
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
@@ -452,7 +453,7 @@ class Index:
             return [memento_from(row) for row in rows]
         return self._load(connection, mementos.c.id.in_(ids))
 
-    def _load(self, connection: Connection, where: Any) -> list[Memento]:
+    def _load(self, connection: Connection, where: ColumnElement[bool]) -> list[Memento]:
         return [memento_from(row) for row in connection.execute(select(mementos).where(where))]
 
     def _stored_response(

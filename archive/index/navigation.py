@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Integer, Text, and_, bindparam, func, select, tuple_
+from sqlalchemy.sql.elements import BindParameter, ColumnElement, Tuple, UnaryExpression
 
 from archive.index.prepared import Lookups, PreparedLookup
 from archive.index.rows import memento_from
@@ -27,7 +28,9 @@ class Neighbours:
     next: Memento | None
 
 
-def live_of(tenant: Any, urir_key: Any) -> Any:
+def live_of(
+    tenant: str | BindParameter[str], urir_key: str | BindParameter[str]
+) -> ColumnElement[bool]:
     # Deleted mementos (tombstones) leave TimeMaps and TimeGates; their URI-M answers 410.
     return and_(
         mementos.c.tenant == tenant,
@@ -36,8 +39,8 @@ def live_of(tenant: Any, urir_key: Any) -> Any:
     )
 
 
-def live_of_bound() -> Any:
-    """:func:`_live_of` with the tenant and URI-R key as bind parameters."""
+def live_of_bound() -> ColumnElement[bool]:
+    """:func:`live_of` with the tenant and URI-R key as bind parameters."""
     return live_of(bindparam("tenant"), bindparam("urir_key"))
 
 
@@ -89,16 +92,16 @@ def neighbour_probes(lookups: Lookups) -> dict[str, PreparedLookup]:
     }
 
 
-def order_ascending() -> tuple[Any, ...]:
+def order_ascending() -> tuple[UnaryExpression[Any], ...]:
     # The TimeMap order: datetime, then documents before passages, then id (Contracts).
     return (mementos.c.captured_at.asc(), mementos.c.scope.asc(), mementos.c.id.asc())
 
 
-def order_descending() -> tuple[Any, ...]:
+def order_descending() -> tuple[UnaryExpression[Any], ...]:
     return (mementos.c.captured_at.desc(), mementos.c.scope.desc(), mementos.c.id.desc())
 
 
-def position() -> Any:
+def position() -> Tuple:
     return tuple_(mementos.c.captured_at, mementos.c.scope, mementos.c.id)
 
 
