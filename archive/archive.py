@@ -109,7 +109,7 @@ class Archive:
         self.transcripts = TranscriptBook(index, settings.citations)
         self.citations = CitationDesk(self)
         self.drift = DriftService(self)
-        self.retention = Retention(self)
+        self.retention = Retention(self.index, self.blobs, settings.citations)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch
         )

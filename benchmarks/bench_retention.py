@@ -211,7 +211,7 @@ def measure(total: int, expired: int) -> dict[str, float]:
             started = time.perf_counter()
             with archive.retention.mapped_index():  # as the sweep runs it
                 for start in range(0, len(sample), 500):
-                    archive.retention._settle(
+                    archive.retention.sweeper.settle(
                         sample[start : start + 500], utc_now(), True, evaluated
                     )
             evaluation = time.perf_counter() - started

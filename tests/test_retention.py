@@ -20,7 +20,6 @@ from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict
 from archive.index.schema import blobs, mementos
 from archive.mementos import CaptureFacts
-from archive.retention import Retention
 
 DAY = timedelta(days=1)
 
@@ -301,24 +300,24 @@ def test_orphan_blobs_are_collected_after_the_safety_age(archive: Archive) -> No
     assert archive.read_content(kept) == b"a real memento"
 
 
-def _while_a_sweep_decides(monkeypatch: Any, action: Any) -> list[threading.Thread]:
+def _while_a_sweep_decides(
+    archive: Archive, monkeypatch: Any, action: Any
+) -> list[threading.Thread]:
     """Run ``action`` (another API replica) in a thread once a sweep has evaluated a batch
     and before it tombstones it; give it a second. The threads still blocked then (waiting
     for the sweep's lock: serialised, which is correct) are returned to be joined."""
-    real_tombstone = Retention._tombstone
     blocked: list[threading.Thread] = []
 
-    def tombstone(self: Retention, connection: Any, expired: Any, now: Any) -> None:
-        if not getattr(tombstone, "ran", False):
-            tombstone.ran = True  # type: ignore[attr-defined]
+    def batch_decided(expired: Any) -> None:
+        if not getattr(batch_decided, "ran", False):
+            batch_decided.ran = True  # type: ignore[attr-defined]
             thread = threading.Thread(target=action)
             thread.start()
             thread.join(timeout=1.0)
             if thread.is_alive():
                 blocked.append(thread)
-        real_tombstone(self, connection, expired, now)
 
-    monkeypatch.setattr(Retention, "_tombstone", tombstone)
+    monkeypatch.setattr(archive.retention.hooks, "batch_decided", batch_decided)
     return blocked
 
 
@@ -347,7 +346,7 @@ def test_a_citation_committed_while_a_sweep_decides_keeps_its_passage(
         except Gone as refused:
             outcome.append(refused)
 
-    blocked = _while_a_sweep_decides(monkeypatch, cite_for_seven_years)
+    blocked = _while_a_sweep_decides(archive, monkeypatch, cite_for_seven_years)
     report = archive.retention.sweep(now=utc_now() + timedelta(days=30))
     for thread in blocked:
         thread.join()
@@ -367,6 +366,7 @@ def test_a_hold_committed_while_a_sweep_decides_keeps_its_passage(
 ) -> None:
     _, passage = _cited_passage(archive)
     blocked = _while_a_sweep_decides(
+        archive,
         monkeypatch,
         lambda: archive.retention.set_transcript_hold(
             "default", "short", True, "lawsuit", "admin-key"
@@ -674,11 +674,9 @@ def test_two_shortenings_at_once_leave_the_latest_transcripts_date(
     archive.transcripts.put("default", "t2", "P8Y", {})
     passage = cite(archive, "t1", document.id, "40 euros").passage
     assert cite(archive, "t2", document.id, "40 euros").passage.id == passage.id
-    real_evaluate = Retention._evaluate
     others: list[threading.Thread] = []
 
-    def evaluate(self: Retention, connection: Any, ids: Any) -> Any:
-        verdicts = real_evaluate(self, connection, ids)
+    def evaluated(verdicts: Any) -> None:
         if not others:  # the first shortening has evaluated: start the second beside it
             thread = threading.Thread(
                 target=lambda: archive.retention.change_retention(
@@ -688,9 +686,8 @@ def test_two_shortenings_at_once_leave_the_latest_transcripts_date(
             others.append(thread)
             thread.start()
             thread.join(timeout=1.0)  # blocked on the first one's lock: serialised, correct
-        return verdicts
 
-    monkeypatch.setattr(Retention, "_evaluate", evaluate)
+    monkeypatch.setattr(archive.retention.hooks, "evaluated", evaluated)
     archive.retention.change_retention("default", "t1", "P1D", "mistake", "admin-key")
     others[0].join()
     latest = max(_retain_until(archive, "t1"), _retain_until(archive, "t2"))
@@ -732,6 +729,6 @@ def test_a_page_a_drift_check_archived_is_held_in_the_store_with_its_transcript(
         )
     archive.retention.set_transcript_hold("default", "t", True, "litigation", "admin")
     with archive.index.read() as connection:  # Amber itself keeps it ...
-        assert archive.retention._evaluate(connection, [live_page.id])[0].held
+        assert archive.retention.evaluator.evaluate(connection, [live_page.id])[0].held
     archive.retention.sweep()  # ... and so must the store
     assert archive.blobs.retention_of(live_page.content_hash, live_page.blob_version_id)[1] is True

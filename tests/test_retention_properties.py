@@ -242,7 +242,7 @@ class RetentionMachine(RuleBasedStateMachine):
                 .scalars()
                 .all()
             )
-            verdicts = self.a.retention._evaluate(connection, candidates)
+            verdicts = self.a.retention.evaluator.evaluate(connection, candidates)
         for verdict in verdicts:
             assert verdict.expiry is None or verdict.expiry > now, (
                 f"{verdict.memento_id} expired but kept"

@@ -1,0 +1,249 @@
+"""Admin retention actions: legal holds, retention changes, erasure, and their log.
+
+Each action needs a reason and is recorded in the append-only admin log, in the same
+transaction as the change itself.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy import Connection, insert, select, update
+
+from archive.blobstore.base import BlobStore
+from archive.config import CitationPolicy
+from archive.dates import to_rfc3339, utc_now
+from archive.exceptions import InvalidInput, NotFound, RetentionConflict
+from archive.index import Index
+from archive.index.schema import admin_log, mementos, transcripts
+from archive.retention.deletion import Deleter
+from archive.retention.evaluation import Evaluator
+from archive.retention.lockdates import lock_mode_of
+from archive.retention.records import SweepReport
+from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
+
+MAX_REASON = 2000
+
+
+def _check_reason(reason: str) -> str:
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+        raise InvalidInput(f"a reason (1-{MAX_REASON} characters) is required")
+    return reason.strip()
+
+
+class RetentionAdmin:
+    """Holds, retention changes and erasures, each one in the append-only admin log."""
+
+    def __init__(
+        self,
+        index: Index,
+        store: BlobStore,
+        policy: CitationPolicy,
+        evaluator: Evaluator,
+        deleter: Deleter,
+    ) -> None:
+        self.index = index
+        self.store = store
+        self.policy = policy
+        self.evaluator = evaluator
+        self.deleter = deleter
+
+    def set_transcript_hold(
+        self, tenant: str, transcript_id: str, on: bool, reason: str, actor: str
+    ) -> None:
+        reason = _check_reason(reason)
+        with self.index.write() as connection:
+            result = connection.execute(
+                update(transcripts)
+                .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                .values(legal_hold=1 if on else 0)
+            )
+            if not result.rowcount:
+                raise TranscriptNotFound("no transcript with this id")
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "legal_hold." + ("on" if on else "off"),
+                "transcript",
+                transcript_id,
+                reason,
+                {},
+            )
+
+    def set_memento_hold(
+        self, tenant: str, memento_id: str, on: bool, reason: str, actor: str
+    ) -> None:
+        reason = _check_reason(reason)
+        with self.index.write() as connection:
+            result = connection.execute(
+                update(mementos)
+                .where(
+                    mementos.c.tenant == tenant,
+                    mementos.c.id == memento_id,
+                    mementos.c.deleted_at.is_(None),
+                )
+                .values(legal_hold=1 if on else 0)
+            )
+            if not result.rowcount:
+                raise NotFound("no memento with this id")
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "legal_hold." + ("on" if on else "off"),
+                "memento",
+                memento_id,
+                reason,
+                {},
+            )
+
+    def change_retention(
+        self,
+        tenant: str,
+        transcript_id: str,
+        retention: str | Mapping[str, str],
+        reason: str,
+        actor: str,
+    ) -> datetime:
+        """Set a transcript's retention, shorter included (admin, with a reason)."""
+        reason = _check_reason(reason)
+        # Exclusive: two changes (or a change and a citation) evaluating side by side on
+        # PostgreSQL would each miss the other's uncommitted rows, and the last to write
+        # could leave a date later than any transcript's, which no sweep would look at.
+        with self.index.write(exclusive=True) as connection:
+            row = connection.execute(
+                select(transcripts).where(
+                    transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
+                )
+            ).first()
+            if row is None:
+                raise TranscriptNotFound("no transcript with this id")
+            if row.legal_hold:
+                raise RetentionConflict("the transcript is under legal hold; release it first")
+            label, until = resolve_retention(retention, row.created_at, self.policy)
+            connection.execute(
+                update(transcripts)
+                .where(transcripts.c.tenant == tenant, transcripts.c.id == transcript_id)
+                .values(retention=label, retain_until=until, updated_at=utc_now())
+            )
+            reached = reached_mementos(connection, tenant, transcript_id)
+            if until >= row.retain_until:
+                self.index.extend_expiry(connection, tenant, reached, until)
+            else:
+                # Shortened: recompute from every citing transcript. Held ones too: a sweep
+                # only looks at what is due, so a date left too late would outlive the hold.
+                for verdict in self.evaluator.evaluate(connection, reached):
+                    connection.execute(
+                        update(mementos)
+                        .where(mementos.c.id == verdict.memento_id)
+                        .values(expires_at=verdict.until)
+                    )
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "retention.change",
+                "transcript",
+                transcript_id,
+                reason,
+                {"from": to_rfc3339(row.retain_until), "to": to_rfc3339(until), "retention": label},
+            )
+        return until
+
+    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> None:
+        """Delete evidence now (takedown, court order, data-protection request)."""
+        reason = _check_reason(reason)
+        now = utc_now()
+        with self.index.write(exclusive=True) as connection:
+            row = connection.execute(
+                select(mementos).where(
+                    mementos.c.tenant == tenant,
+                    mementos.c.id == memento_id,
+                    mementos.c.deleted_at.is_(None),
+                )
+            ).first()
+            if row is None:
+                raise NotFound("no memento with this id")
+            if row.legal_hold:
+                raise RetentionConflict("the memento is under legal hold; release it first")
+            if self.evaluator.evaluate(connection, [memento_id])[0].expiry is None:
+                raise RetentionConflict(
+                    "a transcript citing this memento is under legal hold; release it first"
+                )
+            if lock_mode_of(self.store) == "COMPLIANCE":
+                raise RetentionConflict(
+                    "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
+                    "delete it before its retain-until date, so erasure is impossible until then"
+                )
+            connection.execute(
+                update(mementos)
+                .where(mementos.c.id == memento_id)
+                .values(
+                    deleted_at=now, deletion_reason=json.dumps({"kind": "erasure", "by": actor})
+                )
+            )
+            self.deleter.forget_text(connection, [memento_id])
+            self.deleter.mark_orphans_dying(connection, [memento_id])
+            self._log(
+                connection,
+                tenant,
+                actor,
+                "erasure",
+                "memento",
+                memento_id,
+                reason,
+                {"content_hash": row.content_hash},
+            )
+        report = SweepReport(dry_run=False)
+        self.deleter.delete_blob(row.content_hash, report, erasure=reason)
+
+    def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, object]]:
+        with self.index.read() as connection:
+            rows = connection.execute(
+                select(admin_log)
+                .where(admin_log.c.tenant == tenant)
+                .order_by(admin_log.c.at, admin_log.c.id)
+                .limit(limit)
+            )
+            return [
+                {
+                    "id": r.id,
+                    "key_id": r.key_id,
+                    "action": r.action,
+                    "target_kind": r.target_kind,
+                    "target_id": r.target_id,
+                    "reason": r.reason,
+                    "detail": json.loads(r.detail_json),
+                    "at": to_rfc3339(r.at),
+                }
+                for r in rows
+            ]
+
+    def _log(
+        self,
+        connection: Connection,
+        tenant: str,
+        actor: str,
+        action: str,
+        kind: str,
+        target: str,
+        reason: str,
+        detail: dict[str, str],
+    ) -> None:
+        connection.execute(
+            insert(admin_log).values(
+                id=uuid.uuid4().hex,
+                tenant=tenant,
+                key_id=actor,
+                action=action,
+                target_kind=kind,
+                target_id=target,
+                reason=reason,
+                detail_json=json.dumps(detail, sort_keys=True),
+                at=utc_now(),
+            )
+        )

@@ -1,0 +1,105 @@
+"""S3 Object Lock dates: the store itself refuses early deletion.
+
+A new blob is locked for the grace period from the start (``Archive.initial_lock``, which
+rounds with :func:`ceil_to_day`); after each sweep, :class:`LockDates` extends each live
+blob's lock to its latest expiry and keeps its legal-hold flag on while any hold in Amber
+reaches it. Object Lock can only lengthen: a blob locked past its expiry is deleted when the
+lock allows (the sweep counts it ``not_yet`` until then).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, select, update
+
+from archive.blobstore.base import BlobStore
+from archive.index import Index
+from archive.index.schema import blobs, mementos, transcripts
+from archive.retention.evaluation import REACHERS, reach
+
+
+def ceil_to_day(moment: datetime) -> datetime:
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day if day == moment else day + timedelta(days=1)
+
+
+def lock_mode_of(store: BlobStore) -> str | None:
+    """The store's storage-level lock mode; None when it sets no lock."""
+    return store.lock_mode
+
+
+class LockDates:
+    """Writes Amber's expiries and holds onto the store's storage-level locks."""
+
+    def __init__(self, index: Index, store: BlobStore) -> None:
+        self.index = index
+        self.store = store
+
+    def sync_locks(self) -> dict[str, int]:
+        """Extend each live blob's Object Lock to its latest expiry (rounded up to the day)
+        and keep its legal-hold flag on while any hold in Amber reaches it.
+
+        Retain-until dates only ever grow; rounding to the day turns a burst of citations
+        into one PutObjectRetention per blob per day at most.
+        """
+        store = self.store
+        extended = holds_changed = 0
+        with self.index.read() as connection:
+            wanted = connection.execute(
+                select(
+                    mementos.c.content_hash,
+                    mementos.c.blob_version_id,
+                    func.max(mementos.c.expires_at).label("until"),
+                    func.max(mementos.c.legal_hold).label("hold"),
+                )
+                .where(mementos.c.deleted_at.is_(None))
+                .group_by(mementos.c.content_hash, mementos.c.blob_version_id)
+            ).all()
+            # Every path a sweep counts (citations, and what REACHERS adds, e.g. drift
+            # checks' archived pages), so the store holds what Amber itself would keep.
+            reached = reach(
+                select(mementos.c.id).where(mementos.c.deleted_at.is_(None)), tuple(REACHERS)
+            )
+            held_by_transcripts = set(
+                connection.execute(
+                    select(mementos.c.content_hash)
+                    .join(reached, reached.c.memento_id == mementos.c.id)
+                    .join(
+                        transcripts,
+                        and_(
+                            transcripts.c.tenant == reached.c.tenant,
+                            transcripts.c.id == reached.c.transcript_id,
+                        ),
+                    )
+                    .where(transcripts.c.legal_hold == 1)
+                ).scalars()
+            )
+            applied = {
+                row.address: row
+                for row in connection.execute(
+                    select(blobs.c.address, blobs.c.lock_until, blobs.c.lock_legal_hold)
+                )
+            }
+        for row in wanted:
+            current = applied.get(row.content_hash)
+            until = ceil_to_day(row.until) if row.until else None
+            hold = bool(row.hold) or row.content_hash in held_by_transcripts
+            changes: dict[str, datetime | int] = {}
+            if until is not None and (
+                current is None or current.lock_until is None or until > current.lock_until
+            ):
+                changes["lock_until"] = store.set_retention(
+                    row.content_hash, row.blob_version_id, until
+                )
+                extended += 1
+            if current is None or bool(current.lock_legal_hold) != hold:
+                store.set_legal_hold(row.content_hash, row.blob_version_id, hold)
+                changes["lock_legal_hold"] = 1 if hold else 0
+                holds_changed += 1
+            if changes:
+                with self.index.write() as connection:
+                    connection.execute(
+                        update(blobs).where(blobs.c.address == row.content_hash).values(**changes)
+                    )
+        return {"extended": extended, "holds_changed": holds_changed}

@@ -1,0 +1,66 @@
+"""The cost of keeping evidence (``amber retention report``): bytes stored per policy and
+per label, and what expires when (by month)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import Row, and_, select
+
+from archive.dates import to_rfc3339, utc_now
+from archive.index import Index
+from archive.index.schema import citations, mementos, transcripts
+
+
+def retention_report(index: Index, *, now: datetime | None = None) -> dict[str, object]:
+    """Bytes stored per policy and per label, and what expires when (by month)."""
+    now = now or utc_now()
+    with index.read() as connection:
+        live = connection.execute(
+            select(
+                mementos.c.id, mementos.c.size, mementos.c.expires_at, mementos.c.content_hash
+            ).where(mementos.c.deleted_at.is_(None))
+        ).all()
+        reach: list[Row[str, str, str]] = []
+        for column in (citations.c.passage_memento_id, citations.c.document_memento_id):
+            reach += connection.execute(
+                select(column, transcripts.c.retention, transcripts.c.labels_json)
+                .join(
+                    transcripts,
+                    and_(
+                        transcripts.c.tenant == citations.c.tenant,
+                        transcripts.c.id == citations.c.transcript_id,
+                    ),
+                )
+                .where(column.is_not(None))
+            ).all()
+    policies: dict[str, set[str]] = {}
+    labels: dict[str, set[str]] = {}
+    for memento_id, retention, labels_json in reach:
+        policies.setdefault(retention, set()).add(memento_id)
+        for key, value in json.loads(labels_json).items():
+            labels.setdefault(f"{key}={value}", set()).add(memento_id)
+    size = {row.id: int(row.size) for row in live}
+    cited = set().union(*policies.values()) if policies else set()
+    uncited = [i for i in size if i not in cited]
+    by_month: dict[str, int] = {}
+    for row in live:
+        month = row.expires_at.strftime("%Y-%m") if row.expires_at else "unknown"
+        by_month[month] = by_month.get(month, 0) + int(row.size)
+    return {
+        "generated_at": to_rfc3339(now),
+        "mementos": len(live),
+        "bytes": sum(size.values()),
+        "distinct_blob_bytes": sum({row.content_hash: int(row.size) for row in live}.values()),
+        "by_policy": {name: _sized(ids, size) for name, ids in sorted(policies.items())}
+        | {"uncited (grace)": _sized(uncited, size)},
+        "by_label": {name: _sized(ids, size) for name, ids in sorted(labels.items())},
+        "expiring_bytes_by_month": dict(sorted(by_month.items())),
+    }
+
+
+def _sized(ids: Iterable[str], size: dict[str, int]) -> dict[str, int]:
+    live = [i for i in set(ids) if i in size]
+    return {"mementos": len(live), "bytes": sum(size[i] for i in live)}
