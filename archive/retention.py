@@ -50,11 +50,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from archive.citations import reached_mementos, resolve_retention
 from archive.dates import to_rfc3339, utc_now
-from archive.exceptions import InvalidInput, NotFound, RetentionConflict, StorageError
+from archive.exceptions import (
+    InvalidInput,
+    NotFound,
+    RetentionConflict,
+    StorageError,
+    TranscriptNotFound,
+)
 from archive.index import Index
 from archive.schema import admin_log, blobs, citations, drift_checks, mementos, transcripts
-from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000
 # Blobs deleted per write transaction: enough to share one commit and one directory sync
