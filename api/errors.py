@@ -16,8 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archive import exceptions as exc
-from archive.citations import CitationsRejected
-from archive.transcripts import RetentionShortened
+from archive.exceptions import CitationsRejected, RetentionShortened
 
 log = logging.getLogger("amber.api")
 

@@ -15,13 +15,19 @@ from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, sourc
 from api.models import ERROR_RESPONSES, TextMap, decode_content
 from api.urls import Urls
 from archive.archive import Archive
-from archive.citations import Citation, CitationRequest, CiteResult, QuoteRequest, SourceRequest
+from archive.citations import (
+    Citation,
+    CitationRequest,
+    CiteResult,
+    QuoteRequest,
+    SourceRequest,
+    Transcript,
+)
 from archive.dates import parse_rfc3339, to_rfc3339
 from archive.exceptions import InvalidInput
 from archive.hashing import content_address
 from archive.keys import Principal, Role
 from archive.links import robust_link, text_fragment_url
-from archive.transcripts import Transcript
 from archive.uri import WEB_SCHEMES
 
 router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])

@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from archive.audit import ReadAudit
 from archive.blobstore import BlobStore, open_blob_store
 from archive.blobstore.base import StagedBlob, discard_on_failure
-from archive.citations import CitationDesk
+from archive.citations import CitationDesk, TranscriptBook
 from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import to_rfc3339, utc_now
@@ -47,7 +47,6 @@ from archive.mementos import (
     select_headers,
 )
 from archive.retention import Retention, ceil_to_day
-from archive.transcripts import TranscriptBook
 from archive.uri import URIR, parse_uri_r
 
 _T = TypeVar("_T")
@@ -107,7 +106,16 @@ class Archive:
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
-        self.citations = CitationDesk(self)
+        self.citations = CitationDesk(
+            index=index,
+            blobs=blob_store,
+            transcripts=self.transcripts,
+            policy=settings.citations,
+            internal_schemes=settings.internal_schemes,
+            get_memento=self.get_memento,
+            read_content=self.read_content,
+            initial_lock=self.initial_lock,
+        )
         self.drift = DriftService(self)
         self.retention = Retention(self.index, self.blobs, settings.citations)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(

@@ -27,7 +27,7 @@ OBJECT_LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
 
 @dataclass(frozen=True)
 class CitationPolicy:
-    """The ``[citations]`` section of the config file (DESIGN.md, citations issue).
+    """The ``[citations]`` section: what counts as evidence, how it is checked, how long it lives.
 
     - ``required``: an answer with no valid citation is refused (or degraded) by the SDK.
     - ``evidence_sources``: tools whose output counts as evidence.

@@ -61,6 +61,14 @@ import httpx
 from sqlalchemy import Connection, and_, case, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from archive.citations import (
+    PDF_EXTRACTOR,
+    ExtractedText,
+    PreparedText,
+    Transcript,
+    extract_text,
+    prepare,
+)
 from archive.config import DriftPolicy, Settings
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import AmberError, InvalidInput, NotFound
@@ -83,10 +91,7 @@ from archive.mementos import (
     memento_id,
     select_headers,
 )
-from archive.quotes import PreparedText, prepare
 from archive.retention import REACHERS
-from archive.text import PDF_EXTRACTOR, ExtractedText, extract_text
-from archive.transcripts import Transcript
 from archive.uri import parse_uri_r
 
 _T = TypeVar("_T")

@@ -155,8 +155,8 @@ from rapidfuzz import fuzz
 from rapidfuzz.distance import Indel, Levenshtein
 from selectolax.lexbor import LexborHTMLParser
 
-from archive.quotes import PreparedText, QuoteMatch, QuoteNotFound, locate, normalise
-from archive.text import decode_html
+from archive.citations import PreparedText, QuoteMatch, decode_html, locate, normalise
+from archive.exceptions import QuoteNotFound
 
 RULES_VERSION = "amber-drift-1"
 

@@ -9,16 +9,21 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── InvalidDatetime           not RFC 3339 / RFC 1123, or in the future
     │   ├── InvalidContent            bad base64, bad media type, empty where not allowed
     │   ├── InvalidAddress            not ``blake3:<64 lowercase hex>``
-    │   └── PayloadTooLarge           over a configured size limit
+    │   ├── PayloadTooLarge           over a configured size limit
+    │   ├── EmptyQuote                the quote is empty, or only whitespace and invisible marks
+    │   ├── QuoteNotFound             not in the document's text, exactly or normalised
+    │   └── CitationsRejected         invalid citations, fail-closed: nothing stored (``errors``)
     ├── NotFound                      nothing there (or nothing this caller may see)
     │   ├── MementoNotFound
     │   ├── BlobNotFound
-    │   └── OriginalNotFound          no memento of this URI-R
+    │   ├── OriginalNotFound          no memento of this URI-R
+    │   └── TranscriptNotFound
     ├── Unauthenticated               no key, a malformed, unknown or revoked key
     ├── Forbidden                     a valid key whose role may not do this
     ├── RateLimited                   the key's token bucket is empty (``retry_after``)
     ├── Gone                          it existed and was deleted on schedule or erased (410)
     ├── RetentionConflict             a retention change refused (legal hold, shortening)
+    ├── RetentionShortened            shortening a transcript's retention outside the admin action
     ├── IdempotencyConflict           an Idempotency-Key reused for a different request
     ├── IntegrityError                stored bytes no longer hash to their address: never served
     ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
@@ -30,6 +35,12 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: archive.citations imports this module
+    from archive.citations.records import CitationError
 
 
 class AmberError(Exception):
@@ -67,6 +78,24 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
 
 
+class EmptyQuote(InvalidInput):
+    code = "empty_quote"
+
+
+class QuoteNotFound(InvalidInput):
+    code = "quote_not_found"
+
+
+class CitationsRejected(InvalidInput):
+    """At least one citation is invalid and the request is fail-closed (or none is valid)."""
+
+    code = "citations_rejected"
+
+    def __init__(self, errors: Sequence[CitationError]) -> None:
+        super().__init__(f"{len(errors)} citation(s) rejected; nothing was stored")
+        self.errors = list(errors)
+
+
 class NotFound(AmberError):
     code = "not_found"
 
@@ -81,6 +110,10 @@ class BlobNotFound(NotFound):
 
 class OriginalNotFound(NotFound):
     code = "original_not_found"
+
+
+class TranscriptNotFound(NotFound):
+    code = "transcript_not_found"
 
 
 class Unauthenticated(AmberError):
@@ -105,6 +138,12 @@ class Gone(AmberError):
 
 class RetentionConflict(AmberError):
     code = "retention_conflict"
+
+
+class RetentionShortened(AmberError):
+    """Shortening retention is refused here (an admin action with a reason, elsewhere)."""
+
+    code = "retention_shortened"
 
 
 class IdempotencyConflict(AmberError):

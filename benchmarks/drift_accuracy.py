@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from archive.citations import PreparedText, extract_text, locate, prepare  # noqa: E402
 from archive.drift_rules import (  # noqa: E402
     RULES_VERSION,
     CheckOutcome,
@@ -58,8 +59,6 @@ from archive.drift_rules import (  # noqa: E402
     soft_404_signals,
 )
 from archive.hashing import content_address  # noqa: E402
-from archive.quotes import PreparedText, locate, prepare  # noqa: E402
-from archive.text import extract_text  # noqa: E402
 
 CORPUS = ROOT / "tests" / "drift_corpus"
 EDIT_BEFORE = "Background\nThe paragraph below was quoted in several reports published this year.\n"

@@ -425,7 +425,7 @@ def test_concurrent_requests_commit_together_and_a_bad_one_fails_alone(archive: 
         return [CitationRequest(quote=QuoteRequest(quote), source=page)]
 
     desk = archive.citations
-    committer = desk._committer
+    committer = desk.committer
     real_commit = committer._commit_batch
     gate, batches = threading.Event(), []
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from archive.citations import PreparedText, locate, prepare
 from archive.drift_rules import (
     RULES_VERSION,
     CheckOutcome,
@@ -33,7 +34,6 @@ from archive.drift_rules import (
     html_title,
     soft_404_signals,
 )
-from archive.quotes import PreparedText, locate, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,7 @@
 """The outbound fetch guard, against real HTTP servers on 127.0.0.1 only (no outside network).
 
-Names that must not touch real DNS (``*.test``) go through a stubbed ``archive.fetch.resolve``.
+Names that must not touch real DNS (``*.test``) go through a stubbed
+``archive.fetch.transport.resolve``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import httpcore
 import httpx
 import pytest
 
-from archive import fetch as fetch_module
 from archive.config import Settings
 from archive.exceptions import FetchError, FetchRefused, FetchTooLarge, InvalidURI
 from archive.fetch import (
@@ -35,6 +35,7 @@ from archive.fetch import (
     guarded_async_client,
     guarded_client,
 )
+from archive.fetch import transport as fetch_transport
 
 # --------------------------------------------------------------------------------------
 # A small local origin server
@@ -191,7 +192,7 @@ def stub_dns(
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [ipaddress.ip_address(a) for a in answers[host]]
 
-    monkeypatch.setattr(fetch_module, "resolve", fake)
+    monkeypatch.setattr(fetch_transport, "resolve", fake)
     return calls
 
 
@@ -445,7 +446,7 @@ def test_rebinding_cannot_swap_the_address_after_the_check(
     def rebinding(host: str, port: int) -> list[Any]:
         return [ipaddress.ip_address(a) for a in next(answers)]
 
-    monkeypatch.setattr(fetch_module, "resolve", rebinding)
+    monkeypatch.setattr(fetch_transport, "resolve", rebinding)
     inner = _RecordingBackend()
     GuardedBackend(AllowList(), inner).connect_tcp("rebind.test", 80, timeout=1.0)
     assert inner.hosts == ["93.184.215.14"]  # the address that was checked, not a re-lookup
@@ -567,7 +568,7 @@ def test_dns_lookup_is_bounded_by_the_timeout(monkeypatch: pytest.MonkeyPatch) -
         time.sleep(2)
         return []
 
-    monkeypatch.setattr(fetch_module, "resolve", hanging)
+    monkeypatch.setattr(fetch_transport, "resolve", hanging)
     started = time.monotonic()
     with pytest.raises(FetchError, match="DNS lookup"):
         fetch("http://slow-dns.test/", make_settings(fetch_timeout_seconds=0.2))
@@ -632,7 +633,7 @@ def test_async_caps_and_timeouts(origin: _Origin, monkeypatch: pytest.MonkeyPatc
         time.sleep(1)
         return []
 
-    monkeypatch.setattr(fetch_module, "resolve", hanging)
+    monkeypatch.setattr(fetch_transport, "resolve", hanging)
     with pytest.raises(FetchError, match="DNS lookup"):
         run(lambda: fetch_async("http://slow-dns.test/", quick))
 

@@ -1,4 +1,4 @@
-"""archive.quotes: exact, then normalised, never fuzzy; offsets in the original text."""
+"""archive.citations.locate: exact, then normalised, never fuzzy; offsets in the original text."""
 
 from __future__ import annotations
 
@@ -8,20 +8,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from archive.exceptions import InvalidInput
-from archive.quotes import (
+from archive.citations import (
     NORMALISATION_VERSION,
-    EmptyQuote,
     PreparedText,
     QuoteMatch,
-    QuoteNotFound,
-    _apply_rules,
-    _apply_rules_reference,
     locate,
     normalise,
     prepare,
     quote_hash,
 )
+from archive.citations.normalise import _apply_rules, _apply_rules_reference
+from archive.exceptions import EmptyQuote, InvalidInput, QuoteNotFound
 
 FAST = settings(max_examples=300, deadline=None, database=None)
 
@@ -175,7 +172,7 @@ def test_offsets_are_in_the_original_text() -> None:
 
 
 def test_inline_markup_quote_matches_html_text() -> None:
-    from archive.text import extract_text
+    from archive.citations import extract_text
 
     text = extract_text(
         b"<p>The <b>big</b> <a href=x>red</a>&nbsp;dog\n  barked.</p><p>Next&#8217;s</p>",

@@ -647,7 +647,7 @@ def test_a_citation_racing_a_shortening_lives_only_as_long_as_the_transcript_now
     between must not let the citation extend its evidence to the old date."""
     document = capture(archive, b"The fee is 40 euros." + FILLER)
     archive.transcripts.put("default", "t1", "P10Y", {})
-    committer = archive.citations._committer
+    committer = archive.citations.committer
     real_submit = committer.submit
 
     def shortened_meanwhile(job: Any) -> Any:

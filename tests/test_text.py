@@ -1,4 +1,4 @@
-"""archive.text: the named, versioned extractors quotes are matched against."""
+"""archive.citations.extract: the named, versioned extractors quotes are matched against."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archive import text as text_module
-from archive.exceptions import InvalidContent, InvalidInput
-from archive.hashing import content_address
-from archive.quotes import locate
-from archive.text import (
+from archive.citations import (
     HTML_EXTRACTOR,
     HTML_EXTRACTOR_VERSION,
     PDF_EXTRACTOR,
@@ -21,7 +17,11 @@ from archive.text import (
     ExtractedText,
     extract_text,
     html_to_text,
+    locate,
 )
+from archive.citations import extract as text_module
+from archive.exceptions import InvalidContent, InvalidInput
+from archive.hashing import content_address
 
 FAST = settings(max_examples=150, deadline=None, database=None)
 

@@ -104,7 +104,7 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(
         raise RuntimeError("committer is closed")
 
     monkeypatch.setattr(archive._committer, "submit", refusing_submit)
-    monkeypatch.setattr(archive.citations._committer, "submit", refusing_submit)
+    monkeypatch.setattr(archive.citations.committer, "submit", refusing_submit)
     with pytest.raises(RuntimeError):
         archive.write_memento(request(b"never committed"))
     with pytest.raises(RuntimeError):

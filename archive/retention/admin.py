@@ -14,16 +14,16 @@ from datetime import datetime
 from sqlalchemy import Connection, insert, select, update
 
 from archive.blobstore.base import BlobStore
+from archive.citations import reached_mementos, resolve_retention
 from archive.config import CitationPolicy
 from archive.dates import to_rfc3339, utc_now
-from archive.exceptions import InvalidInput, NotFound, RetentionConflict
+from archive.exceptions import InvalidInput, NotFound, RetentionConflict, TranscriptNotFound
 from archive.index import Index
 from archive.index.schema import admin_log, mementos, transcripts
 from archive.retention.deletion import Deleter
 from archive.retention.evaluation import Evaluator
 from archive.retention.lockdates import lock_mode_of
 from archive.retention.records import SweepReport
-from archive.transcripts import TranscriptNotFound, reached_mementos, resolve_retention
 
 MAX_REASON = 2000
 

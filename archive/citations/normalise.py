@@ -1,59 +1,17 @@
-"""Finding a quote in a document's extracted text: exact, or under a documented normalisation.
+"""Quote normalisation ``amber-norm-1``: the frozen equivalence a quote is matched under.
 
-A citation's quote must really be in the captured document. :func:`locate` looks for it in
-the text an extractor produced (:mod:`archive.text`): first as an exact substring, then
-under the normalisation below. There is no fuzzy acceptance: after normalisation the quote
-must be a substring, character for character. Offsets are always those of the *original*
-extracted text (W3C ``TextPositionSelector``: code points before normalisation), and
-``text[start:end]`` is the source's own spelling of the whole matched span.
+Applied identically to a quote and to a document's extracted text: Unicode NFC; invisible
+break opportunities deleted; whitespace runs made one space; typographic quotes, dashes and
+the ellipsis spelled in ASCII; for PDFs also ligatures spelled out and line-break
+hyphenation undone. Nothing else is equivalent (case, other punctuation, spelling, omitted
+words). The full rules, in order, and how offsets map back to the code points of the
+extracted text are specified in ``docs/specs/amber-norm-1.md``. Any change to what these
+rules produce for some input must change :data:`NORMALISATION_VERSION`: it is recorded with
+each citation and :func:`quote_hash` depends on it.
 
-Normalisation ``amber-norm-1`` (:data:`NORMALISATION_VERSION`). Applied identically to the
-quote and to the document text, in this order:
-
-1. **Unicode NFC** (Python's ``unicodedata``): composed and decomposed accents are equal.
-2. **Invisible break opportunities are deleted**: SOFT HYPHEN U+00AD, ZERO WIDTH SPACE
-   U+200B, WORD JOINER U+2060, ZERO WIDTH NO-BREAK SPACE / BOM U+FEFF.
-3. **Whitespace runs become one space**: any run of whitespace — U+0020, TAB, LF, VT, FF,
-   CR, U+001C–U+001F, NEL U+0085, NO-BREAK SPACE U+00A0, U+1680, U+2000–U+200A, LINE and
-   PARAGRAPH SEPARATOR U+2028/U+2029, NARROW NO-BREAK SPACE U+202F, U+205F, IDEOGRAPHIC
-   SPACE U+3000 (what Python 3.11's ``str.isspace()`` accepts, frozen in
-   ``_WHITESPACE``) — together with any characters of rule 2 inside it, becomes a single
-   U+0020. The quote is also stripped of leading and trailing spaces.
-4. **Typographic quotes** become ASCII: ‘ ’ ‚ ‛ ′ ʼ (U+2018, U+2019, U+201A, U+201B,
-   U+2032, U+02BC) → ``'``; “ ” „ ‟ ″ (U+201C, U+201D, U+201E, U+201F, U+2033) → ``"``.
-   Guillemets (« » ‹ ›) are *not* mapped.
-5. **Dashes and minus signs** become ``-``: U+2010 HYPHEN, U+2011 NON-BREAKING HYPHEN,
-   U+2012 FIGURE DASH, U+2013 EN DASH, U+2014 EM DASH, U+2015 HORIZONTAL BAR, U+2212
-   MINUS SIGN, U+FE58, U+FE63, U+FF0D. (``--`` is *not* a dash.)
-6. **Ellipsis** U+2026 → ``...``.
-
-For PDFs only (``pdf=True``; the extractor is ``amber-pdf``), additionally:
-
-7. **Ligatures** are spelled out: U+FB00 ff, U+FB01 fi, U+FB02 fl, U+FB03 ffi, U+FB04 ffl,
-   U+FB05 st, U+FB06 st.
-8. **Line-break hyphenation**: a hyphen (``-`` or anything rule 5 made one) after a letter, digit or
-   ``_`` (``\\w``) and followed by whitespace (a line break as extractors lay out line
-   ends; any whitespace, since rule 3 comes first) is *dehyphenated*
-   — hyphen and whitespace deleted — when the next character is a lower-case letter
-   (``evi-\\ndence`` → ``evidence``), and otherwise keeps the hyphen and drops the
-   whitespace (``Anti-\\nAmerican`` → ``Anti-American``). A soft hyphen followed by
-   whitespace is deleted with it. Because a compound can also break at its hyphen
-   (``state-\\nof-the-art``), a quote not found that way is looked for again with every
-   such hyphen kept (``state-of-the-art``).
-
-A match covers whole source characters: one that would begin or end inside a character a
-rule replaced by several (``.`` of ``…``, ``i`` of ``ﬁ``) or that NFC merged does not count,
-so ``text[start:end]`` always normalises to exactly the normalised quote.
-
-Nothing else is equivalent: case, other punctuation, spelling, word order and omitted words
-(``...`` eliding text) all make a quote not found. Any change to these rules must change
-:data:`NORMALISATION_VERSION`; it is recorded with each citation and :func:`quote_hash`
-depends on it.
-
-When the quote occurs more than once (overlapping occurrences count), ``prefix`` and
-``suffix`` (compared after normalisation, by how many characters agree next to the quote)
-choose, then the occurrence whose start is nearest to ``position``, then the first. They
-only choose: a quote that is found is never refused because its context disagrees.
+:class:`PreparedText` holds a document's text with its normalised forms and the offset
+maps back to it, built once; :mod:`archive.citations.locate` searches them. Rule numbers in
+the comments below are those of the specification.
 """
 
 from __future__ import annotations
@@ -63,35 +21,12 @@ import re
 import threading
 import unicodedata
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Literal
 
-from archive.exceptions import InvalidInput
+from archive.exceptions import EmptyQuote, InvalidInput
 from archive.hashing import content_address
 
 NORMALISATION_VERSION = "amber-norm-1"
-
-DEFAULT_CONTEXT = 32
-_CONTEXT_COMPARED = 256  # code points of prefix/suffix that take part in choosing
-
-
-class EmptyQuote(InvalidInput):
-    code = "empty_quote"
-
-
-class QuoteNotFound(InvalidInput):
-    code = "quote_not_found"
-
-
-@dataclass(frozen=True)
-class QuoteMatch:
-    start: int  # code points into the extracted text, before normalisation
-    end: int
-    exact: str  # text[start:end]: the source's own spelling
-    prefix: str  # up to ``context`` code points before ``start``
-    suffix: str  # up to ``context`` code points after ``end``
-    method: Literal["exact", "normalised"]
-    occurrences: int
 
 
 # -- the rules ----------------------------------------------------------------------------
@@ -343,18 +278,33 @@ def _nfc_with_map(text: str) -> tuple[str, _Map | None]:
     return result, offsets
 
 
-def _normalise(text: str, mode: Mode) -> str:
+def normalise_as(text: str, mode: Mode) -> str:
+    """``text`` under :data:`NORMALISATION_VERSION` in ``mode`` (``pdf-keep-hyphens``: the
+    PDF rules with every line-break hyphen kept), stripped of outer spaces."""
     return _apply_rules(unicodedata.normalize("NFC", text), mode, None).strip(" ")
 
 
 def normalise(text: str, *, pdf: bool = False) -> str:
     """``text`` under :data:`NORMALISATION_VERSION` (rules 1–6; 7–8 too when ``pdf``)."""
-    return _normalise(text, "pdf" if pdf else "plain")
+    return normalise_as(text, "pdf" if pdf else "plain")
+
+
+def check_quote(exact: object) -> str:
+    """``exact`` if it is a non-blank, encodable string; else :class:`InvalidInput`."""
+    if not isinstance(exact, str):
+        raise InvalidInput("quote.exact must be a string")
+    if not exact or exact.isspace():
+        raise EmptyQuote("the quote is empty")
+    try:
+        exact.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput("the quote is not valid Unicode (lone surrogate)") from None
+    return exact
 
 
 def quote_hash(exact: str) -> str:
     """``blake3:<hex>`` of the UTF-8 of the normalised quote (rules 1–6, whatever the source)."""
-    normalised = normalise(_check_quote(exact))
+    normalised = normalise(check_quote(exact))
     if not normalised:
         raise EmptyQuote("the quote is empty")
     return content_address(normalised.encode("utf-8"))
@@ -433,172 +383,3 @@ def prepare(text: str, *, pdf: bool = False) -> PreparedText:
         while len(_prepared) > _PREPARED_CACHE:
             _prepared.popitem(last=False)
     return prepared
-
-
-# -- locating -----------------------------------------------------------------------------
-
-
-def _check_quote(exact: object) -> str:
-    if not isinstance(exact, str):
-        raise InvalidInput("quote.exact must be a string")
-    if not exact or exact.isspace():
-        raise EmptyQuote("the quote is empty")
-    try:
-        exact.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput("the quote is not valid Unicode (lone surrogate)") from None
-    return exact
-
-
-def _inside_a_character(text: str, at: int) -> bool:
-    """Whether a cut at ``at`` falls inside what NFC makes one character: before a
-    combining mark, or between two characters NFC composes (Hangul jamo, some Indic vowel
-    signs). An exact match cut there is not in the visible text (``cafe`` of ``cafe\u0301``)."""
-    if at <= 0 or at >= len(text) or text[at] < "\x80":
-        return False  # an ASCII character never joins what comes before it (the usual case)
-    # NFC acts on a starter and the marks after it (a Hangul syllable is at most three
-    # jamo): a cut is clean when normalising each side alone gives what normalising both
-    # together gives. Eight characters a side cover any realistic combining sequence.
-    before, after = text[max(0, at - 8) : at], text[at : at + 8]
-    nfc = unicodedata.normalize
-    return nfc("NFC", before + after) != nfc("NFC", before) + nfc("NFC", after)
-
-
-def _occurrences(haystack: str, needle: str) -> list[int]:
-    found = []
-    at = haystack.find(needle)
-    while at >= 0:
-        found.append(at)
-        at = haystack.find(needle, at + 1)
-    return found
-
-
-def _common_suffix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(reversed(a), reversed(b), strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _choose(
-    text: str,
-    spans: list[tuple[int, int]],
-    mode: Mode,
-    prefix: str | None,
-    suffix: str | None,
-    position: int | None,
-) -> tuple[int, int]:
-    if len(spans) == 1 or (not prefix and not suffix and position is None):
-        return spans[0]
-    want_before = _normalise(prefix, mode)[-_CONTEXT_COMPARED:] if prefix else ""
-    want_after = _normalise(suffix, mode)[:_CONTEXT_COMPARED] if suffix else ""
-    best: tuple[int, int] | None = None
-    best_key: tuple[int, int] = (0, 0)
-    for start, end in spans:
-        agreement = 0
-        if want_before:
-            before = _normalised_context(text, start, -len(want_before), mode)
-            agreement += _common_suffix(before, want_before)
-        if want_after:
-            after = _normalised_context(text, end, len(want_after), mode)
-            agreement += _common_prefix(after, want_after)
-        distance = abs(start - position) if position is not None else 0
-        key = (-agreement, distance)
-        if best is None or key < best_key:  # strict: ties keep the earlier occurrence
-            best, best_key = (start, end), key
-    assert best is not None
-    return best
-
-
-def _normalised_context(text: str, at: int, wanted: int, mode: Mode) -> str:
-    """At least ``abs(wanted)`` normalised characters of ``text`` before ``at`` (negative)
-    or after it (or all there are). Normalisation shrinks whitespace runs, soft hyphens and
-    zero-width characters, so a fixed raw window could hold too few characters to compare."""
-    window = 4 * abs(wanted) + 64
-    while True:
-        if wanted < 0:
-            lo = max(0, at - window)
-            context, complete = _normalise(text[lo:at], mode), lo == 0
-        else:
-            hi = min(len(text), at + window)
-            context, complete = _normalise(text[at:hi], mode), hi == len(text)
-        if complete or len(context) > abs(wanted):  # one more: a cut run of spaces may shrink
-            return context
-        window *= 4
-
-
-def locate(
-    text: str | PreparedText,
-    exact: str,
-    *,
-    prefix: str | None = None,
-    suffix: str | None = None,
-    position: int | None = None,
-    pdf: bool = False,
-    context: int = DEFAULT_CONTEXT,
-) -> QuoteMatch:
-    """Find ``exact`` in ``text`` (extracted text, or :func:`prepare`'d — then its own
-    ``pdf`` flag applies). Exact occurrences first; if there are none, occurrences under the
-    normalisation. Raises :class:`EmptyQuote` or :class:`QuoteNotFound` (both
-    :class:`~archive.exceptions.InvalidInput`)."""
-    _check_quote(exact)
-    if not _normalise(
-        exact, "plain"
-    ):  # e.g. only soft hyphens: nothing :func:`quote_hash` could hash
-        raise EmptyQuote("the quote is empty")
-    if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
-        raise InvalidInput("quote.position must be an integer")
-    for name, value in (("prefix", prefix), ("suffix", suffix)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidInput(f"quote.{name} must be a string")
-    prepared = text if isinstance(text, PreparedText) else prepare(text, pdf=pdf)
-    source = prepared.text
-
-    method: Literal["exact", "normalised"] = "exact"
-    mode = prepared.modes[0]
-    spans = [
-        (at, at + len(exact))
-        for at in _occurrences(source, exact)
-        if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))
-    ]
-    if not spans:
-        method = "normalised"
-        for mode in prepared.modes:
-            wanted = _normalise(exact, mode)
-            if not wanted:
-                raise EmptyQuote("the quote is empty")
-            variant = prepared.variant(mode)
-            found = _occurrences(variant.normalised, wanted)
-            spans = [
-                span
-                for span in (variant.span(at, at + len(wanted)) for at in found)
-                if span is not None
-            ]
-            if spans:
-                break
-        else:
-            raise QuoteNotFound(
-                f"the quote is not in the document's text, exactly or under {NORMALISATION_VERSION}"
-            )
-    start, end = _choose(source, spans, mode, prefix, suffix, position)
-    context = max(0, context)
-    return QuoteMatch(
-        start=start,
-        end=end,
-        exact=source[start:end],
-        prefix=source[max(0, start - context) : start],
-        suffix=source[end : end + context],
-        method=method,
-        occurrences=len(spans),
-    )

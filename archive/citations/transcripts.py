@@ -16,27 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from archive.config import CitationPolicy
 from archive.dates import add_iso8601_duration, parse_rfc3339, utc_now
-from archive.exceptions import AmberError, InvalidInput, NotFound
+from archive.exceptions import InvalidInput, RetentionShortened, TranscriptNotFound
 from archive.index import Index
 from archive.index.schema import citations, transcripts
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
 MAX_LABELS = 50
 MAX_LABEL_TEXT = 256
-
-
-class TranscriptNotFound(NotFound):
-    code = "transcript_not_found"
-
-
-class RetentionShortened(AmberError):
-    """Shortening retention is refused here (an admin action with a reason, elsewhere)."""
-
-    code = "retention_shortened"
 
 
 @dataclass(frozen=True)
@@ -63,7 +53,7 @@ def check_transcript_id(value: str) -> str:
     return value
 
 
-def _check_labels(labels: Mapping[str, Any]) -> dict[str, str]:
+def _check_labels(labels: Mapping[str, object]) -> dict[str, str]:
     if len(labels) > MAX_LABELS:
         raise InvalidInput(f"at most {MAX_LABELS} labels")
     checked = {}
@@ -95,7 +85,7 @@ def resolve_retention(
     raise InvalidInput(f"unknown retention policy {retention!r}")
 
 
-def reached_mementos(connection: Any, tenant: str, transcript_id: str) -> list[str]:
+def reached_mementos(connection: Connection, tenant: str, transcript_id: str) -> list[str]:
     """Ids of every memento a transcript's citations reach (passages and kept documents)."""
     rows = connection.execute(
         select(citations.c.passage_memento_id, citations.c.document_memento_id).where(
@@ -128,7 +118,7 @@ class TranscriptBook:
         tenant: str,
         transcript_id: str,
         retention: str | Mapping[str, str] | None,
-        labels: Mapping[str, Any] | None,
+        labels: Mapping[str, object] | None,
     ) -> TranscriptWrite:
         check_transcript_id(transcript_id)
         new_labels = _check_labels(labels or {})
@@ -192,7 +182,7 @@ class TranscriptBook:
         return _transcript_from(row)
 
     def retain_until_on(
-        self, connection: Any, keys: Collection[tuple[str, str]]
+        self, connection: Connection, keys: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], datetime]:
         """``(tenant, transcript id)`` → its ``retain_until`` as seen inside ``connection``'s
         transaction (not as a request read it before)."""
@@ -208,7 +198,7 @@ class TranscriptBook:
             found[(tenant, transcript_id)] = until
         return found
 
-    def _get(self, connection: Any, tenant: str, transcript_id: str) -> Transcript | None:
+    def _get(self, connection: Connection, tenant: str, transcript_id: str) -> Transcript | None:
         row = connection.execute(
             select(transcripts).where(
                 transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
@@ -217,7 +207,7 @@ class TranscriptBook:
         return None if row is None else _transcript_from(row)
 
 
-def _transcript_from(row: Any) -> Transcript:
+def _transcript_from(row: Row[Any]) -> Transcript:
     return Transcript(
         tenant=row.tenant,
         id=row.id,

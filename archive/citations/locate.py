@@ -1,0 +1,200 @@
+"""Finding a quote in a document's extracted text: exact, or under ``amber-norm-1``.
+
+A citation's quote must really be in the captured document. :func:`locate` looks for it in
+the text an extractor produced (:mod:`archive.citations.extract`): first as an exact
+substring, then under the normalisation (:mod:`archive.citations.normalise`). There is no
+fuzzy acceptance: after normalisation the quote must be a substring, character for
+character. Offsets are always those of the *original* extracted text (W3C
+``TextPositionSelector``: code points before normalisation), and ``text[start:end]`` is the
+source's own spelling of the whole matched span; a match never begins or ends inside a
+character a rule replaced or NFC merged (``docs/specs/amber-norm-1.md``).
+
+When the quote occurs more than once (overlapping occurrences count), ``prefix`` and
+``suffix`` (compared after normalisation, by how many characters agree next to the quote)
+choose, then the occurrence whose start is nearest to ``position``, then the first. They
+only choose: a quote that is found is never refused because its context disagrees.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+from archive.citations.normalise import (
+    NORMALISATION_VERSION,
+    Mode,
+    PreparedText,
+    check_quote,
+    normalise_as,
+    prepare,
+)
+from archive.exceptions import EmptyQuote, InvalidInput, QuoteNotFound
+
+DEFAULT_CONTEXT = 32
+_CONTEXT_COMPARED = 256  # code points of prefix/suffix that take part in choosing
+
+
+@dataclass(frozen=True)
+class QuoteMatch:
+    start: int  # code points into the extracted text, before normalisation
+    end: int
+    exact: str  # text[start:end]: the source's own spelling
+    prefix: str  # up to ``context`` code points before ``start``
+    suffix: str  # up to ``context`` code points after ``end``
+    method: Literal["exact", "normalised"]
+    occurrences: int
+
+
+def _inside_a_character(text: str, at: int) -> bool:
+    """Whether a cut at ``at`` falls inside what NFC makes one character: before a
+    combining mark, or between two characters NFC composes (Hangul jamo, some Indic vowel
+    signs). An exact match cut there is not in the visible text (``cafe`` of ``cafe\u0301``)."""
+    if at <= 0 or at >= len(text) or text[at] < "\x80":
+        return False  # an ASCII character never joins what comes before it (the usual case)
+    # NFC acts on a starter and the marks after it (a Hangul syllable is at most three
+    # jamo): a cut is clean when normalising each side alone gives what normalising both
+    # together gives. Eight characters a side cover any realistic combining sequence.
+    before, after = text[max(0, at - 8) : at], text[at : at + 8]
+    nfc = unicodedata.normalize
+    return nfc("NFC", before + after) != nfc("NFC", before) + nfc("NFC", after)
+
+
+def _occurrences(haystack: str, needle: str) -> list[int]:
+    found = []
+    at = haystack.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = haystack.find(needle, at + 1)
+    return found
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(reversed(a), reversed(b), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _choose(
+    text: str,
+    spans: list[tuple[int, int]],
+    mode: Mode,
+    prefix: str | None,
+    suffix: str | None,
+    position: int | None,
+) -> tuple[int, int]:
+    if len(spans) == 1 or (not prefix and not suffix and position is None):
+        return spans[0]
+    want_before = normalise_as(prefix, mode)[-_CONTEXT_COMPARED:] if prefix else ""
+    want_after = normalise_as(suffix, mode)[:_CONTEXT_COMPARED] if suffix else ""
+    best: tuple[int, int] | None = None
+    best_key: tuple[int, int] = (0, 0)
+    for start, end in spans:
+        agreement = 0
+        if want_before:
+            before = _normalised_context(text, start, -len(want_before), mode)
+            agreement += _common_suffix(before, want_before)
+        if want_after:
+            after = _normalised_context(text, end, len(want_after), mode)
+            agreement += _common_prefix(after, want_after)
+        distance = abs(start - position) if position is not None else 0
+        key = (-agreement, distance)
+        if best is None or key < best_key:  # strict: ties keep the earlier occurrence
+            best, best_key = (start, end), key
+    assert best is not None
+    return best
+
+
+def _normalised_context(text: str, at: int, wanted: int, mode: Mode) -> str:
+    """At least ``abs(wanted)`` normalised characters of ``text`` before ``at`` (negative)
+    or after it (or all there are). Normalisation shrinks whitespace runs, soft hyphens and
+    zero-width characters, so a fixed raw window could hold too few characters to compare."""
+    window = 4 * abs(wanted) + 64
+    while True:
+        if wanted < 0:
+            lo = max(0, at - window)
+            context, complete = normalise_as(text[lo:at], mode), lo == 0
+        else:
+            hi = min(len(text), at + window)
+            context, complete = normalise_as(text[at:hi], mode), hi == len(text)
+        if complete or len(context) > abs(wanted):  # one more: a cut run of spaces may shrink
+            return context
+        window *= 4
+
+
+def locate(
+    text: str | PreparedText,
+    exact: str,
+    *,
+    prefix: str | None = None,
+    suffix: str | None = None,
+    position: int | None = None,
+    pdf: bool = False,
+    context: int = DEFAULT_CONTEXT,
+) -> QuoteMatch:
+    """Find ``exact`` in ``text`` (extracted text, or :func:`prepare`'d — then its own
+    ``pdf`` flag applies). Exact occurrences first; if there are none, occurrences under the
+    normalisation. Raises :class:`EmptyQuote` or :class:`QuoteNotFound` (both
+    :class:`~archive.exceptions.InvalidInput`)."""
+    check_quote(exact)
+    if not normalise_as(
+        exact, "plain"
+    ):  # e.g. only soft hyphens: nothing :func:`quote_hash` could hash
+        raise EmptyQuote("the quote is empty")
+    if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
+        raise InvalidInput("quote.position must be an integer")
+    for name, value in (("prefix", prefix), ("suffix", suffix)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"quote.{name} must be a string")
+    prepared = text if isinstance(text, PreparedText) else prepare(text, pdf=pdf)
+    source = prepared.text
+
+    method: Literal["exact", "normalised"] = "exact"
+    mode = prepared.modes[0]
+    spans = [
+        (at, at + len(exact))
+        for at in _occurrences(source, exact)
+        if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))
+    ]
+    if not spans:
+        method = "normalised"
+        for mode in prepared.modes:
+            wanted = normalise_as(exact, mode)
+            if not wanted:
+                raise EmptyQuote("the quote is empty")
+            variant = prepared.variant(mode)
+            found = _occurrences(variant.normalised, wanted)
+            spans = [
+                span
+                for span in (variant.span(at, at + len(wanted)) for at in found)
+                if span is not None
+            ]
+            if spans:
+                break
+        else:
+            raise QuoteNotFound(
+                f"the quote is not in the document's text, exactly or under {NORMALISATION_VERSION}"
+            )
+    start, end = _choose(source, spans, mode, prefix, suffix, position)
+    context = max(0, context)
+    return QuoteMatch(
+        start=start,
+        end=end,
+        exact=source[start:end],
+        prefix=source[max(0, start - context) : start],
+        suffix=source[end : end + context],
+        method=method,
+        occurrences=len(spans),
+    )
