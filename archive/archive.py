@@ -109,7 +109,7 @@ class Archive:
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
         self.citations = CitationDesk(self)
-        self.drift = DriftService(self)
+        self.drift = DriftService(settings, index, blob_store, self.transcripts, self.initial_lock)
         self.retention = Retention(self)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch

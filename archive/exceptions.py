@@ -13,7 +13,8 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     ├── NotFound                      nothing there (or nothing this caller may see)
     │   ├── MementoNotFound
     │   ├── BlobNotFound
-    │   └── OriginalNotFound          no memento of this URI-R
+    │   ├── OriginalNotFound          no memento of this URI-R
+    │   └── CitationNotFound          no citation with this id (drift history)
     ├── Unauthenticated               no key, a malformed, unknown or revoked key
     ├── Forbidden                     a valid key whose role may not do this
     ├── RateLimited                   the key's token bucket is empty (``retry_after``)
@@ -81,6 +82,10 @@ class BlobNotFound(NotFound):
 
 class OriginalNotFound(NotFound):
     code = "original_not_found"
+
+
+class CitationNotFound(NotFound):
+    code = "citation_not_found"
 
 
 class Unauthenticated(AmberError):

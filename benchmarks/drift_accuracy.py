@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from archive.drift_rules import (  # noqa: E402
+from archive.drift.rules import (  # noqa: E402
     RULES_VERSION,
     CheckOutcome,
     Soft404Signals,
