@@ -116,7 +116,7 @@ class Archive:
             read_content=self.read_content,
             initial_lock=self.initial_lock,
         )
-        self.drift = DriftService(self)
+        self.drift = DriftService(settings, index, blob_store, self.transcripts, self.initial_lock)
         self.retention = Retention(self.index, self.blobs, settings.citations)
         self._committer: GroupCommitter[_PendingWrite, WriteResult] = GroupCommitter(
             self._commit_batch

@@ -77,7 +77,7 @@ class CitationPolicy:
 
 @dataclass(frozen=True)
 class DriftPolicy:
-    """The ``[drift]`` section of the config file (drift issue).
+    """The ``[drift]`` section of the config file (the verdicts: ``docs/specs/amber-drift-1.md``).
 
     - ``interval_hours``: a citation is checked again this long after its last check.
     - ``stable_interval_hours`` / ``stable_after``: after ``stable_after`` consecutive

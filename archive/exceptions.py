@@ -17,7 +17,8 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── MementoNotFound
     │   ├── BlobNotFound
     │   ├── OriginalNotFound          no memento of this URI-R
-    │   └── TranscriptNotFound
+    │   ├── TranscriptNotFound
+    │   └── CitationNotFound          no citation with this id (drift history)
     ├── Unauthenticated               no key, a malformed, unknown or revoked key
     ├── Forbidden                     a valid key whose role may not do this
     ├── RateLimited                   the key's token bucket is empty (``retry_after``)
@@ -114,6 +115,10 @@ class OriginalNotFound(NotFound):
 
 class TranscriptNotFound(NotFound):
     code = "transcript_not_found"
+
+
+class CitationNotFound(NotFound):
+    code = "citation_not_found"
 
 
 class Unauthenticated(AmberError):

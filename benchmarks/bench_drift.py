@@ -21,8 +21,8 @@ compete with the job for the GIL) serving the live versions:
 Timed: one ``DriftJob.run`` over all of them — choosing what is due, fetching each page
 through the fetch guard (one host: host concurrency = ``--concurrency``, no delay), text
 extraction, classification, storing every check (and the new passages), group-committed.
-The figure is checks per second of wall-clock time. The goal in the drift issue is ≥ 100
-distinct 100 KiB pages per second on 2 cores.
+The figure is checks per second of wall-clock time. The goal is ≥ 100 distinct 100 KiB
+pages per second on 2 cores.
 """
 
 from __future__ import annotations

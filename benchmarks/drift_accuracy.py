@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from archive.citations import PreparedText, extract_text, locate, prepare  # noqa: E402
-from archive.drift_rules import (  # noqa: E402
+from archive.drift.rules import (  # noqa: E402
     RULES_VERSION,
     CheckOutcome,
     Soft404Signals,

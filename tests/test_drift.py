@@ -824,16 +824,14 @@ def test_a_run_killed_before_its_commit_leaves_everything_due(
 def test_a_bug_on_one_page_leaves_it_due_and_the_rest_stored(
     world: World, monkeypatch: Any
 ) -> None:
-    from archive import drift_rules
-
-    real = drift_rules.classify
+    from archive.drift.rules import classify as real
 
     def flaky(**kwargs: Any) -> Any:
         if kwargs["old_exact"] == COURT:
             raise RuntimeError("a bug")
         return real(**kwargs)
 
-    monkeypatch.setattr(drift_rules, "classify", flaky)
+    monkeypatch.setattr(world.archive.drift, "classify", flaky)
     summary = world.archive.drift.job().run_summary()
     assert summary.failed == 1 and len(summary.checks) == len(CASES) - 1
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""archive.drift_rules: locating changed passages, the edit rules, soft 404s, the verdict.
+"""archive.drift.rules: locating changed passages, the edit rules, soft 404s, the verdict.
 
 The labelled corpus (``tests/drift_corpus/``, runner in ``benchmarks/drift_accuracy.py``)
 must keep reversal recall at 100 % and overall accuracy at 90 % or more; the unit tests
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from archive.citations import PreparedText, locate, prepare
-from archive.drift_rules import (
+from archive.drift.rules import (
     RULES_VERSION,
     CheckOutcome,
     Classifier,

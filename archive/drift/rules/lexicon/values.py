@@ -1,0 +1,237 @@
+"""Words for values: numbers written out, ordinals, fractions, scales, currencies, units,
+and date words (months, weekdays, relative dates) (``docs/specs/amber-drift-1.md``).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+NUMBER_WORDS: dict[str, int] = {
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+    "dozen": 12,
+}
+ORDINAL_WORDS: dict[str, int] = {
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+    "eleventh": 11,
+    "twelfth": 12,
+    "twentieth": 20,
+    "thirtieth": 30,
+    "hundredth": 100,
+}
+FRACTIONS: dict[str, Decimal] = {
+    "half": Decimal("0.5"),
+    "quarter": Decimal("0.25"),
+    "twice": Decimal(2),
+}
+SCALES: dict[str, int] = {
+    "hundred": 100,
+    "thousand": 1000,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+    "k": 1000,
+    "m": 10**6,
+    "mn": 10**6,
+    "bn": 10**9,
+    "tn": 10**12,
+}
+CURRENCY_SYMBOLS = {
+    "$": "USD",
+    "€": "EUR",
+    "£": "GBP",
+    "¥": "JPY",
+    "₹": "INR",
+    "₩": "KRW",
+    "₣": "CHF",
+}
+CURRENCY_CODES = frozenset(
+    {
+        "USD",
+        "EUR",
+        "GBP",
+        "JPY",
+        "CHF",
+        "CAD",
+        "AUD",
+        "CNY",
+        "INR",
+        "SEK",
+        "NOK",
+        "DKK",
+        "PLN",
+        "NZD",
+        "HKD",
+        "SGD",
+        "ZAR",
+        "BRL",
+        "MXN",
+        "KRW",
+    }
+)
+CURRENCY_WORDS = {
+    "dollar": "USD",
+    "dollars": "USD",
+    "euro": "EUR",
+    "euros": "EUR",
+    "pound": "GBP",
+    "pounds": "GBP",
+    "yen": "JPY",
+    "franc": "CHF",
+    "francs": "CHF",
+    "rupees": "INR",
+}
+UNIT_WORDS: dict[str, str] = {
+    **{
+        w: w.rstrip("s")
+        for w in (
+            "day",
+            "days",
+            "week",
+            "weeks",
+            "month",
+            "months",
+            "year",
+            "years",
+            "hour",
+            "hours",
+            "minute",
+            "minutes",
+            "second",
+            "seconds",
+            "decade",
+            "decades",
+        )
+    },
+    **{
+        w: w
+        for w in (
+            "mg",
+            "g",
+            "kg",
+            "km",
+            "cm",
+            "mm",
+            "ml",
+            "l",
+            "mph",
+            "kmh",
+            "gb",
+            "mb",
+            "tb",
+            "kb",
+            "ms",
+            "tonnes",
+            "tons",
+            "miles",
+            "metres",
+            "meters",
+            "degrees",
+            "times",
+        )
+    },
+}
+MONTHS: dict[str, int] = {
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "may": 5,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
+    "jan": 1,
+    "feb": 2,
+    "mar": 3,
+    "apr": 4,
+    "jun": 6,
+    "jul": 7,
+    "aug": 8,
+    "sep": 9,
+    "sept": 9,
+    "oct": 10,
+    "nov": 11,
+    "dec": 12,
+}
+WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"})
+RELATIVE_DAYS = frozenset({"today", "tomorrow", "yesterday", "tonight"})
+RELATIVE_WORDS = frozenset({"next", "last", "this", "coming", "previous", "following"})
+RELATIVE_UNITS = frozenset(
+    {
+        "week",
+        "weekend",
+        "month",
+        "year",
+        "quarter",
+        "decade",
+        "spring",
+        "summer",
+        "autumn",
+        "fall",
+        "winter",
+        "morning",
+        "afternoon",
+        "evening",
+        "night",
+    }
+)
+MAY_CUES = frozenset(
+    {
+        "in",
+        "of",
+        "since",
+        "until",
+        "by",
+        "from",
+        "during",
+        "early",
+        "late",
+        "mid",
+        "end",
+        "before",
+        "after",
+        "this",
+        "last",
+        "next",
+        "on",
+    }
+)
