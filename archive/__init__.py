@@ -1,7 +1,131 @@
 """Amber: a content-addressed snapshot archive speaking the Memento protocol (RFC 7089).
 
 The library does all the work; ``api`` (HTTP) and the CLI only parse, call and render.
-Start from :class:`archive.archive.Archive`, built from :class:`archive.config.Settings`.
+Start from :class:`Archive`, opened from :class:`Settings`::
+
+    from archive import Archive, MementoRequest, Settings
+
+    archive = Archive.open(Settings.from_env())
+    written = archive.write_memento(
+        MementoRequest(uri_r="https://example.org/", content=b"...", content_type="text/html")
+    )
+
+The names below are the public surface; everything else may move between releases.
 """
 
+from archive.archive import Archive, MementoRequest, TimeMapPage, WriteResult
+from archive.citations import (
+    Citation,
+    CitationError,
+    CitationRequest,
+    CiteResult,
+    QuoteRequest,
+    Selector,
+    SourceRequest,
+    Transcript,
+    TranscriptWrite,
+)
+from archive.config import CitationPolicy, DriftPolicy, Settings
+from archive.drift import CheckRecord, CitationDrift, Review, RunSummary, SourceRate
+from archive.exceptions import (
+    AmberError,
+    BlobNotFound,
+    CitationNotFound,
+    CitationsRejected,
+    ConfigurationError,
+    EmptyQuote,
+    FetchError,
+    FetchRefused,
+    FetchTooLarge,
+    Forbidden,
+    Gone,
+    IdempotencyConflict,
+    IntegrityError,
+    InvalidAddress,
+    InvalidContent,
+    InvalidDatetime,
+    InvalidInput,
+    InvalidURI,
+    MementoNotFound,
+    NotFound,
+    OriginalNotFound,
+    PayloadTooLarge,
+    QuoteNotFound,
+    RateLimited,
+    RetentionConflict,
+    RetentionLocked,
+    RetentionShortened,
+    StorageError,
+    TranscriptNotFound,
+    Unauthenticated,
+)
+from archive.index import Neighbours
+from archive.keys import IssuedKey, KeyInfo, Principal, Role
+from archive.mementos import CaptureFacts, Memento, Scope
+from archive.retention import SweepReport
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AmberError",
+    "Archive",
+    "BlobNotFound",
+    "CaptureFacts",
+    "CheckRecord",
+    "Citation",
+    "CitationDrift",
+    "CitationError",
+    "CitationNotFound",
+    "CitationPolicy",
+    "CitationRequest",
+    "CitationsRejected",
+    "CiteResult",
+    "ConfigurationError",
+    "DriftPolicy",
+    "EmptyQuote",
+    "FetchError",
+    "FetchRefused",
+    "FetchTooLarge",
+    "Forbidden",
+    "Gone",
+    "IdempotencyConflict",
+    "IntegrityError",
+    "InvalidAddress",
+    "InvalidContent",
+    "InvalidDatetime",
+    "InvalidInput",
+    "InvalidURI",
+    "IssuedKey",
+    "KeyInfo",
+    "Memento",
+    "MementoNotFound",
+    "MementoRequest",
+    "Neighbours",
+    "NotFound",
+    "OriginalNotFound",
+    "PayloadTooLarge",
+    "Principal",
+    "QuoteNotFound",
+    "QuoteRequest",
+    "RateLimited",
+    "RetentionConflict",
+    "RetentionLocked",
+    "RetentionShortened",
+    "Review",
+    "Role",
+    "RunSummary",
+    "Scope",
+    "Selector",
+    "Settings",
+    "SourceRate",
+    "SourceRequest",
+    "StorageError",
+    "SweepReport",
+    "TimeMapPage",
+    "Transcript",
+    "TranscriptNotFound",
+    "TranscriptWrite",
+    "Unauthenticated",
+    "WriteResult",
+    "__version__",
+]

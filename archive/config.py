@@ -130,6 +130,9 @@ class DriftPolicy:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting, read once from ``AMBER_*`` environment variables and an optional
+    config file (:meth:`from_env`); :meth:`describe` shows them with secrets masked."""
+
     data_dir: Path = Path("amber-data")
     database_url: str = ""  # default: sqlite file inside data_dir
     blob_store: str = ""  # default: file:// directory inside data_dir

@@ -53,6 +53,8 @@ EARLIEST_CAPTURE = datetime(1990, 1, 1).astimezone()
 
 
 class Scope(StrEnum):
+    """Whether a memento holds a whole document or a cited passage with its context."""
+
     DOCUMENT = "document"
     PASSAGE = "passage"
 
@@ -72,6 +74,9 @@ class CaptureFacts:
 
 @dataclass(frozen=True)
 class Memento:
+    """One captured representation of a URI-R at a Memento-Datetime: where its bytes are,
+    what they are, the capture facts, and its retention state. Immutable once written."""
+
     id: str
     tenant: str
     uri_r: str

@@ -26,6 +26,9 @@ from archive.uri import URIR
 
 @dataclass(frozen=True)
 class QuoteRequest:
+    """The quoted text, with optional context (prefix, suffix) and code-point position
+    to choose among several occurrences."""
+
     exact: str
     prefix: str | None = None
     suffix: str | None = None
@@ -48,6 +51,9 @@ class SourceRequest:
 
 @dataclass(frozen=True)
 class CitationRequest:
+    """One citation an agent asks for: a quote, and the evidence it rests on (a stored
+    memento, a document handed over inline, or an earlier source of the same request)."""
+
     quote: QuoteRequest
     memento_id: str | None = None
     source: SourceRequest | None = None
@@ -60,6 +66,8 @@ class CitationRequest:
 
 @dataclass(frozen=True)
 class CitationError:
+    """Why one citation of a request was refused, by its position in the request."""
+
     index: int
     reason: str  # unknown_evidence, disallowed_tool, quote_not_found, quote_too_long, …
     detail: str
@@ -67,6 +75,9 @@ class CitationError:
 
 @dataclass(frozen=True)
 class Selector:
+    """Where the quote is in the document's extracted text: a W3C Web Annotation
+    TextQuoteSelector and TextPositionSelector in one."""
+
     exact: str
     prefix: str
     suffix: str
@@ -87,6 +98,9 @@ class Selector:
 
 @dataclass(frozen=True)
 class Citation:
+    """A stored citation: the passage memento that proves it, the cited document by hash
+    (and memento, when kept), the quote's hash and selector, and how it was matched."""
+
     id: str
     tenant: str
     transcript_id: str
@@ -111,6 +125,9 @@ class Citation:
 
 @dataclass(frozen=True)
 class CiteResult:
+    """The citations stored for a request and those refused; ``created`` is False when
+    the request was a replay of one already answered."""
+
     citations: list[Citation]
     errors: list[CitationError]
     created: bool

@@ -31,6 +31,9 @@ MAX_LABEL_TEXT = 256
 
 @dataclass(frozen=True)
 class Transcript:
+    """A conversation record that cites: how long it stays auditable and whether it is
+    under legal hold."""
+
     tenant: str
     id: str
     created_at: datetime
@@ -43,6 +46,8 @@ class Transcript:
 
 @dataclass(frozen=True)
 class TranscriptWrite:
+    """A transcript as stored by a put, and whether the put created it."""
+
     transcript: Transcript
     created: bool
 

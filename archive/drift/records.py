@@ -153,6 +153,9 @@ class SourceRate:
 
 @dataclass(frozen=True)
 class Review:
+    """Whether a transcript needs a person's look because a check flagged one of its
+    citations, and who cleared it."""
+
     tenant: str
     transcript_id: str
     needs_review: bool
@@ -165,6 +168,8 @@ class Review:
 
 @dataclass(frozen=True)
 class CitationDrift:
+    """One citation's drift history: its checks, newest first."""
+
     citation_id: str
     transcript_id: str
     memento_id: str
@@ -178,6 +183,8 @@ class CitationDrift:
 
 @dataclass(frozen=True)
 class RunSummary:
+    """What one drift run did: its checks, and the citations it skipped or could not check."""
+
     checks: list[CheckRecord]
     not_checkable: int  # citations whose URI-R is not http(s): never checked by this job
     due: int

@@ -12,6 +12,8 @@ from archive.dates import to_rfc3339
 
 @dataclass
 class SweepReport:
+    """What one retention sweep decided and deleted (or, on a dry run, would have)."""
+
     dry_run: bool
     evaluated: int = 0
     mementos_deleted: int = 0
