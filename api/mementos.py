@@ -298,14 +298,9 @@ class MementoRoute:
         cache = self._served
         assert archive is not None and cache is not None, "the app has not started"
         key = (principal.tenant, memento_id)
-        served = cache.get(key)
-        if served is None:
-            generation = cache.generation()  # before the read: see ReadCache.generation
-            memento = await run_blocking(
-                archive.lookups_are_quick, archive.get_memento, principal.tenant, memento_id
-            )
-            served = ServedMemento.of(memento, self.urls)
-            cache.put(generation, key, served)
+        served = await cache.get_or_load_async(
+            key, lambda: self._look_up(principal.tenant, memento_id)
+        )
         record_read(archive, principal, "memento.content", memento_id)
         if if_none_match and _matches(if_none_match, served.etag()):
             return 304, list(served.headers[1:]), b""
@@ -321,6 +316,14 @@ class MementoRoute:
             [*served.headers, (b"content-length", str(len(data)).encode("ascii"))],
             b"" if method == "HEAD" else data,
         )
+
+    async def _look_up(self, tenant: str, memento_id: str) -> ServedMemento:
+        archive = self.archive
+        assert archive is not None
+        memento = await run_blocking(
+            archive.lookups_are_quick, archive.get_memento, tenant, memento_id
+        )
+        return ServedMemento.of(memento, self.urls)
 
 
 class ServedMemento(NamedTuple):

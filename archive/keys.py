@@ -190,10 +190,7 @@ class KeyRing:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
         if len(presented) > MAX_PRESENTED_KEY:
             raise Unauthenticated("malformed API key")
-        generation = self._verified.generation()
-        principal = self._check(presented)
-        self._verified.put(generation, _fingerprint(presented), principal)
-        return principal
+        return self._verified.refresh(_fingerprint(presented), lambda: self._check(presented))
 
     def close(self) -> None:
         self._verified.close()
