@@ -14,7 +14,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from archive.archive import Archive
 from archive.exceptions import Forbidden
@@ -72,10 +71,7 @@ class Gatekeeper:
         # The common case, a key verified before, reads no index: no coroutine, no thread.
         principal = keys.remembered(presented)
         if principal is None:
-            if archive.lookups_are_quick:
-                principal = keys.verify(presented)
-            else:
-                principal = await run_in_threadpool(keys.verify, presented)
+            principal = await keys.verify_async(presented)
         self.rate_limiter.take(principal.key_id)
         if principal.roles.isdisjoint(allowed):
             raise Forbidden(

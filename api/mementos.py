@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from enum import Enum
@@ -12,7 +11,6 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette import types as asgi
-from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, Gatekeeper, audit_read, bearer_token, record_read, require
 from api.deps import (
@@ -21,7 +19,6 @@ from api.deps import (
     get_archive,
     get_urls,
     idempotency_key,
-    run_blocking,
 )
 from api.errors import amber_error_response, unexpected_error_response
 from api.middleware import reject_too_large
@@ -297,19 +294,16 @@ class MementoRoute:
         archive = self.archive
         cache = self._served
         assert archive is not None and cache is not None, "the app has not started"
-        key = (principal.tenant, memento_id)
         served = await cache.get_or_load_async(
-            key, lambda: self._look_up(principal.tenant, memento_id)
+            (principal.tenant, memento_id),
+            lambda: self._look_up(archive, principal.tenant, memento_id),
         )
         record_read(archive, principal, "memento.content", memento_id)
         if if_none_match and _matches(if_none_match, served.etag()):
             return 304, list(served.headers[1:]), b""
         # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
-        data = await run_blocking(
-            archive.blob_read_is_quick(served.size),
-            archive.read_blob,
-            served.content_hash,
-            served.blob_version_id,
+        data = await archive.read_blob_async(
+            served.content_hash, served.blob_version_id, size=served.size
         )
         return (
             200,
@@ -317,13 +311,8 @@ class MementoRoute:
             b"" if method == "HEAD" else data,
         )
 
-    async def _look_up(self, tenant: str, memento_id: str) -> ServedMemento:
-        archive = self.archive
-        assert archive is not None
-        memento = await run_blocking(
-            archive.lookups_are_quick, archive.get_memento, tenant, memento_id
-        )
-        return ServedMemento.of(memento, self.urls)
+    async def _look_up(self, archive: Archive, tenant: str, memento_id: str) -> ServedMemento:
+        return ServedMemento.of(await archive.get_memento_async(tenant, memento_id), self.urls)
 
 
 class ServedMemento(NamedTuple):
@@ -432,18 +421,12 @@ class WriteRoute:
         """The answer to a checked write request by an authorised principal."""
         archive = self.archive
         assert archive is not None, "the app has not started"
-        memento_request = _memento_request(body)
-        options: dict[str, Any] = {
-            "tenant": principal.tenant,
-            "idempotency_key": idempotency_key,
-            "request_hash": content_address(raw) if idempotency_key else None,
-        }
-        if archive.write_is_quick(len(raw)):
-            result = await archive.write_memento_async(memento_request, **options)
-        else:
-            result = await run_in_threadpool(
-                functools.partial(archive.write_memento, memento_request, **options)
-            )
+        result = await archive.write_memento_async(
+            _memento_request(body),
+            tenant=principal.tenant,
+            idempotency_key=idempotency_key,
+            request_hash=content_address(raw) if idempotency_key else None,
+        )
         rendered = memento_json(result.memento, self.urls)
         return JSONResponse(
             rendered,
