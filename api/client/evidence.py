@@ -83,7 +83,7 @@ class ToolResult:
         )
 
     @classmethod
-    def coerce(cls, output: Any) -> ToolResult:
+    def coerce(cls, output: object) -> ToolResult:
         if isinstance(output, ToolResult):
             return output
         if isinstance(output, httpx.Response):
@@ -122,7 +122,7 @@ class SearchHit:
     snippet: str = ""
 
     @classmethod
-    def coerce(cls, output: Any) -> SearchHit:
+    def coerce(cls, output: object) -> SearchHit:
         if isinstance(output, SearchHit):
             return output
         if isinstance(output, ToolResult):
@@ -266,7 +266,7 @@ class EvidenceLocker:
         )
         return self._file(source)
 
-    def record_search(self, tool: str, hits: Iterable[Any]) -> tuple[Source, ...]:
+    def record_search(self, tool: str, hits: Iterable[object]) -> tuple[Source, ...]:
         fetched_at = self._clock()
         recorded = []
         for hit in map(SearchHit.coerce, hits):
