@@ -69,7 +69,7 @@ def create_app(
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
         assert isinstance(app, AmberApp)
-        app.state.gatekeeper.archive = app.state.archive
+        app.state.gatekeeper.keys = app.state.archive.keys
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         try:
@@ -87,7 +87,9 @@ def create_app(
     )
     app.state.settings = settings
     app.state.gatekeeper = Gatekeeper(
-        auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive
+        auth,
+        RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+        archive.keys if archive is not None else None,
     )
     app.state.urls = Urls(base_url)
     app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)

@@ -129,7 +129,7 @@ class MementoRoute:
             (principal.tenant, memento_id),
             lambda: self._look_up(archive, principal.tenant, memento_id),
         )
-        record_read(archive, principal, "memento.content", memento_id)
+        record_read(archive.read_audit, principal, "memento.content", memento_id)
         if if_none_match and _matches(if_none_match, served.etag()):
             return 304, list(served.headers[1:]), b""
         # HEAD re-hashes the bytes too: it must not advertise evidence that fails to verify.
