@@ -9,7 +9,17 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from api import admin, drift, errors, mementos, metrics, retention, timetravel, transcripts
+from api import (
+    admin,
+    drift,
+    errors,
+    fastpath,
+    mementos,
+    metrics,
+    retention,
+    timetravel,
+    transcripts,
+)
 from api.auth import Gatekeeper
 from api.middleware import BodySizeLimit
 from api.urls import Urls
@@ -27,17 +37,17 @@ query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<
 
 class AmberApp(FastAPI):
     """FastAPI, with the URI-M and write routes served before the framework's stack (see
-    :class:`api.mementos.MementoRoute` and :class:`api.mementos.WriteRoute`; the FastAPI
-    routes document them)."""
+    :class:`api.fastpath.MementoRoute` and :class:`api.fastpath.WriteRoute`; the FastAPI
+    routes in :mod:`api.mementos` document them)."""
 
-    memento_route: mementos.MementoRoute
-    write_route: mementos.WriteRoute
+    memento_route: fastpath.MementoRoute
+    write_route: fastpath.WriteRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if mementos.is_memento_content(scope):
+        if fastpath.is_memento_content(scope):
             await self.memento_route.serve(scope, receive, send)
             return
-        if mementos.is_memento_write(scope):
+        if fastpath.is_memento_write(scope):
             await self.write_route.serve(scope, receive, send, super().__call__)
             return
         await super().__call__(scope, receive, send)
@@ -59,7 +69,7 @@ def create_app(
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
         assert isinstance(app, AmberApp)
-        app.state.gatekeeper.archive = app.state.archive
+        app.state.gatekeeper.keys = app.state.archive.keys
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         try:
@@ -77,11 +87,13 @@ def create_app(
     )
     app.state.settings = settings
     app.state.gatekeeper = Gatekeeper(
-        auth, RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst), archive
+        auth,
+        RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+        archive.keys if archive is not None else None,
     )
     app.state.urls = Urls(base_url)
-    app.memento_route = mementos.MementoRoute(app.state.gatekeeper, app.state.urls)
-    app.write_route = mementos.WriteRoute(
+    app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
+    app.write_route = fastpath.WriteRoute(
         app.state.gatekeeper, app.state.urls, settings.max_body_bytes
     )
     if archive is not None:

@@ -14,12 +14,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
-from archive.archive import Archive
+from archive.audit import ReadAudit
 from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
-from archive.keys import Principal, Role
+from archive.keys import KeyRing, Principal, Role
 from archive.ratelimit import RateLimiter
 
 ALL_ROLES = frozenset(Role)
@@ -59,23 +58,19 @@ class Gatekeeper:
 
     enabled: bool
     rate_limiter: RateLimiter
-    archive: Archive | None = None  # set when the app starts
+    keys: KeyRing | None = None  # set when the app starts
 
     async def authorize(self, presented: str | None, allowed: frozenset[Role]) -> Principal:
         """The principal behind the presented key, having spent a rate-limit token and held
         one of the ``allowed`` roles (raises Unauthenticated, RateLimited or Forbidden)."""
         if not self.enabled:
             return NO_AUTH_PRINCIPAL
-        archive = self.archive
-        assert archive is not None, "the app has not started"
-        keys = archive.keys
+        keys = self.keys
+        assert keys is not None, "the app has not started"
         # The common case, a key verified before, reads no index: no coroutine, no thread.
         principal = keys.remembered(presented)
         if principal is None:
-            if archive.lookups_are_quick:
-                principal = keys.verify(presented)
-            else:
-                principal = await run_in_threadpool(keys.verify, presented)
+            principal = await keys.verify_async(presented)
         self.rate_limiter.take(principal.key_id)
         if principal.roles.isdisjoint(allowed):
             raise Forbidden(
@@ -98,12 +93,10 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 def audit_read(request: Request, principal: Principal, action: str, target: str) -> None:
-    record_read(request.app.state.archive, principal, action, target)
+    record_read(request.app.state.archive.read_audit, principal, action, target)
 
 
-def record_read(archive: Archive, principal: Principal, action: str, target: str) -> None:
+def record_read(audit: ReadAudit, principal: Principal, action: str, target: str) -> None:
     """Record a resolution by an auditor or admin (agents' hot-path reads are not audited)."""
     if principal.roles & _AUDITED and principal is not NO_AUTH_PRINCIPAL:
-        archive.read_audit.record(
-            principal.tenant, principal.key_id, principal.role, action, target
-        )
+        audit.record(principal.tenant, principal.key_id, principal.role, action, target)

@@ -7,14 +7,12 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Request
-from starlette.concurrency import run_in_threadpool
 
 from api.urls import Urls
 from archive.archive import Archive
 from archive.exceptions import InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
-R = TypeVar("R")
 
 
 # Plain lookups are ``async def`` on purpose: FastAPI runs a sync dependency in the thread
@@ -27,19 +25,6 @@ async def get_archive(request: Request) -> Archive:
 async def get_urls(request: Request) -> Urls:
     urls: Urls = request.app.state.urls
     return urls
-
-
-async def run_blocking(quick: bool, function: Callable[..., R], *args: Any) -> R:
-    """Call a blocking archive function from a route.
-
-    ``quick`` calls (a SQLite point lookup, a small local blob: tens of microseconds) run
-    right here: a thread hop costs more than they do and, under load, the hand-offs between
-    the event loop and the workers dominate. Everything else runs in the thread pool, so the
-    event loop never waits on the network or a large read.
-    """
-    if quick:
-        return function(*args)
-    return await run_in_threadpool(function, *args)
 
 
 def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], F]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -12,6 +14,7 @@ from api.deps import get_archive, get_urls
 from api.models import ERROR_RESPONSES
 from api.urls import Urls
 from archive.archive import Archive
+from archive.citations import Citation
 from archive.dates import to_rfc3339
 from archive.drift import CheckRecord, Review, SourceRate, host_of
 from archive.keys import Principal, Role
@@ -127,7 +130,7 @@ class ReviewIn(BaseModel):
 # -- rendering ----------------------------------------------------------------------------
 
 
-def _optional_time(value: Any) -> str | None:
+def _optional_time(value: datetime | None) -> str | None:
     return to_rfc3339(value) if value is not None else None
 
 
@@ -287,18 +290,20 @@ def clear_review(
 
 
 def latest_by_citation(
-    archive: Archive, tenant: str, cited: list[Any], urls: Urls
+    archive: Archive, tenant: str, cited: Sequence[Citation], urls: Urls
 ) -> dict[str, Any]:
     """``{citation id: DriftSummaryOut}`` for the citations that have been checked."""
     latest = archive.drift.latest(tenant, [c.id for c in cited])
     return {cid: render_summary(check, urls) for cid, check in latest.items()}
 
 
-def source_drift_by_citation(archive: Archive, tenant: str, cited: list[Any]) -> dict[str, Any]:
+def source_drift_by_citation(
+    archive: Archive, tenant: str, cited: Sequence[Citation]
+) -> dict[str, Any]:
     """``{citation id: SourceDriftOut}`` for citations of web hosts with a known drift rate."""
     window = archive.settings.drift.window_days
-    rates: dict[str, Any] = {}
-    found: dict[str, Any] = {}
+    rates: dict[str, dict[str, Any] | None] = {}
+    found: dict[str, dict[str, Any]] = {}
     for citation in cited:
         key = citation.passage.urir_key
         if not key.startswith(("http://", "https://")):
@@ -306,6 +311,7 @@ def source_drift_by_citation(archive: Archive, tenant: str, cited: list[Any]) ->
         host = host_of(key)
         if host not in rates:
             rates[host] = render_rate(archive.drift.host_rate(tenant, host), window)
-        if rates[host] is not None:
-            found[citation.id] = rates[host]
+        rate = rates[host]
+        if rate is not None:
+            found[citation.id] = rate
     return found

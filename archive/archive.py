@@ -9,12 +9,14 @@ blob for garbage collection, never an index row pointing at nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import anyio
 from sqlalchemy import Connection
 
 from archive.audit import ReadAudit
@@ -179,9 +181,19 @@ class Archive:
         idempotency_key: str | None = None,
         request_hash: str | None = None,
     ) -> WriteResult:
-        """:meth:`write_memento` for an event loop, when :meth:`write_is_quick`: checking
-        and staging run on the loop, and the loop serves other requests while the group
-        commit makes the write durable."""
+        """:meth:`write_memento` for an event loop. A quick write (:meth:`_write_is_quick`) is
+        checked and staged on the loop, which serves other requests while the group commit
+        makes it durable; any other is written in a worker thread."""
+        if not self._write_is_quick(len(request.content)):
+            return await anyio.to_thread.run_sync(
+                functools.partial(
+                    self.write_memento,
+                    request,
+                    tenant=tenant,
+                    idempotency_key=idempotency_key,
+                    request_hash=request_hash,
+                )
+            )
         pending = self.prepare_write(request, tenant, idempotency_key, request_hash)
         if isinstance(pending, WriteResult):
             return pending
@@ -195,7 +207,7 @@ class Archive:
             self.blobs.discard([pending.staged])
             raise
 
-    def write_is_quick(self, size: int) -> bool:
+    def _write_is_quick(self, size: int) -> bool:
         """Whether checking and staging a write of ``size`` bytes takes microseconds: a small
         body, a local blob store and an in-process index (SQLite); no network round trip."""
         return (
@@ -283,7 +295,7 @@ class Archive:
         self, batch: Sequence[_PendingWrite]
     ) -> list[WriteResult | BaseException]:
         """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
-        write_is_quick). The syncs, the wait for the write lock and the commit run in the
+        _write_is_quick). The syncs, the wait for the write lock and the commit run in the
         disk thread; everything else runs here, so the two threads hand the GIL to each
         other a handful of times per batch rather than at every statement."""
 
@@ -371,13 +383,13 @@ class Archive:
             )
         return memento
 
-    @property
-    def lookups_are_quick(self) -> bool:
-        """Point lookups (mementos, keys) are local reads of microseconds (SQLite)."""
-        return self.index.reads_in_process
-
-    def blob_read_is_quick(self, size: int) -> bool:
-        return self.blobs.capabilities.reads_in_process and size <= QUICK_READ_BYTES
+    async def get_memento_async(self, tenant: str, memento_id_: str) -> Memento:
+        """:meth:`get_memento` for an event loop: right there when the index is read in
+        process (SQLite: a point lookup of microseconds, less than a thread hop), else in a
+        worker thread, so the loop never waits on the network."""
+        if self.index.reads_in_process:
+            return self.get_memento(tenant, memento_id_)
+        return await anyio.to_thread.run_sync(self.get_memento, tenant, memento_id_)
 
     def read_content(self, memento: Memento) -> bytes:
         """The memento's bytes, re-hashed: raises IntegrityError rather than serve bad bytes."""
@@ -386,6 +398,13 @@ class Archive:
     def read_blob(self, address: str, version_id: str | None = None) -> bytes:
         """The bytes stored at ``address``, re-hashed (:meth:`read_content` by address)."""
         return self.blobs.get(address, version_id)
+
+    async def read_blob_async(self, address: str, version_id: str | None, *, size: int) -> bytes:
+        """:meth:`read_blob` for an event loop, given the blob's ``size``: right there when
+        it is small and local (QUICK_READ_BYTES), else in a worker thread."""
+        if self.blobs.capabilities.reads_in_process and size <= QUICK_READ_BYTES:
+            return self.read_blob(address, version_id)
+        return await anyio.to_thread.run_sync(self.read_blob, address, version_id)
 
     def original(self, uri_r: str) -> URIR:
         return parse_uri_r(uri_r, self.settings.internal_schemes)

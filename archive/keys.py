@@ -22,6 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+import anyio
 from sqlalchemy import bindparam, insert, select, update
 
 from archive.dates import utc_now
@@ -190,10 +191,15 @@ class KeyRing:
             raise Unauthenticated("an API key is required: 'Authorization: Bearer <key>'")
         if len(presented) > MAX_PRESENTED_KEY:
             raise Unauthenticated("malformed API key")
-        generation = self._verified.generation()
-        principal = self._check(presented)
-        self._verified.put(generation, _fingerprint(presented), principal)
-        return principal
+        return self._verified.refresh(_fingerprint(presented), lambda: self._check(presented))
+
+    async def verify_async(self, presented: str | None) -> Principal:
+        """:meth:`verify` for an event loop: right there when the index is read in process
+        (SQLite: a point lookup of microseconds, less than a thread hop), else in a worker
+        thread, so the loop never waits on the network."""
+        if self.index.reads_in_process:
+            return self.verify(presented)
+        return await anyio.to_thread.run_sync(self.verify, presented)
 
     def close(self) -> None:
         self._verified.close()

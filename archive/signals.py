@@ -37,7 +37,7 @@ import os
 import secrets
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -252,9 +252,33 @@ class ReadCache(Generic[K, V]):
             return 0, 0, self._budget  # forgotten: the next put starts afresh
         return len(entries.values), entries.weight, self._budget
 
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        """The remembered value, else :meth:`refresh`."""
+        value = self.get(key)
+        return value if value is not None else self.refresh(key, load)
+
+    async def get_or_load_async(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        """:meth:`get_or_load` with a loader that is awaited."""
+        value = self.get(key)
+        if value is not None:
+            return value
+        generation = self.generation()
+        value = await load()
+        self.put(generation, key, value)
+        return value
+
+    def refresh(self, key: K, load: Callable[[], V]) -> V:
+        """``load()``, read from the index now, and remembered unless a change was being
+        committed while it read (see :meth:`generation`)."""
+        generation = self.generation()
+        value = load()
+        self.put(generation, key, value)
+        return value
+
     def generation(self) -> int | None:
         """Read before reading the index for a value to :meth:`put` under it: a read that
-        raced a change is then never remembered under the generation that change ends with."""
+        raced a change is then never remembered under the generation that change ends with.
+        :meth:`get_or_load` and :meth:`refresh` do both."""
         return self._signal.settled_generation() if self._signal is not None else None
 
     def put(self, generation: int | None, key: K, value: V) -> None:

@@ -1,4 +1,4 @@
-"""The agent SDK (``api/client.py``): evidence capture, citing answers, retries.
+"""The agent SDK (``api/client/``): evidence capture, citing answers, retries.
 
 Three layers of tests:
 

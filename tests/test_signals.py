@@ -4,6 +4,7 @@ read, only ever makes readers more careful."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 import subprocess
@@ -419,3 +420,114 @@ def test_a_served_memento_swept_by_the_cli_in_another_process_is_gone_at_once(
             assert client.get(f"/memento/{memento.id}").status_code == 410
     finally:
         served.close()
+
+
+# -- ReadCache.get_or_load: the read-then-remember protocol, run by the cache itself ------
+
+
+@pytest.fixture()
+def read_cache(tmp_path: Path) -> Iterator[ReadCache[str, str]]:
+    cache: ReadCache[str, str] = ReadCache(str(tmp_path / "index"), "deletions", budget=10)
+    yield cache
+    cache.close()
+
+
+def _changer(tmp_path: Path) -> ChangeSignal:
+    """The same signal as another process maps it."""
+    database = str(tmp_path / "index")
+    return ChangeSignal(database + ".deletions", like=database)
+
+
+def test_get_or_load_remembers_a_settled_read_and_loads_it_once(
+    read_cache: ReadCache[str, str],
+) -> None:
+    loads: list[str] = []
+    load = lambda: (loads.append("read"), "live")[1]  # noqa: E731
+    assert read_cache.get_or_load("memento", load) == "live"
+    assert read_cache.get_or_load("memento", load) == "live"
+    assert loads == ["read"]
+    assert read_cache.get("memento") == "live"
+
+
+def test_get_or_load_does_not_remember_a_value_read_while_a_change_was_committing(
+    read_cache: ReadCache[str, str], tmp_path: Path
+) -> None:
+    changer = _changer(tmp_path)
+
+    def read_as_a_change_commits() -> str:
+        with changer.changing():
+            pass  # committed in another process between the read and what follows
+        return "read before the change"
+
+    assert read_cache.get_or_load("memento", read_as_a_change_commits) == "read before the change"
+    assert read_cache.get("memento") is None
+    assert read_cache.get_or_load("memento", lambda: "read after it") == "read after it"
+    assert read_cache.get("memento") == "read after it"  # settled since: remembered
+    changer.close()
+
+
+def test_get_or_load_remembers_nothing_read_while_a_change_is_committing(
+    read_cache: ReadCache[str, str], tmp_path: Path
+) -> None:
+    changer = _changer(tmp_path)
+    with changer.changing():
+        assert read_cache.get_or_load("memento", lambda: "mid-change") == "mid-change"
+        assert read_cache.get("memento") is None
+    assert read_cache.get("memento") is None
+    changer.close()
+
+
+def test_get_or_load_async_follows_the_same_protocol_with_an_awaited_loader(
+    read_cache: ReadCache[str, str], tmp_path: Path
+) -> None:
+    changer = _changer(tmp_path)
+    loads: list[str] = []
+
+    async def settled() -> str:
+        loads.append("settled")
+        return "live"
+
+    async def racing() -> str:
+        with changer.changing():
+            pass
+        return "stale"
+
+    async def scenario() -> None:
+        assert await read_cache.get_or_load_async("raced", racing) == "stale"
+        assert read_cache.get("raced") is None
+        assert await read_cache.get_or_load_async("kept", settled) == "live"
+        assert await read_cache.get_or_load_async("kept", settled) == "live"
+
+    asyncio.run(scenario())
+    assert loads == ["settled"]
+    assert read_cache.get("kept") == "live"
+    changer.close()
+
+
+def test_refresh_reads_even_a_remembered_value_and_remembers_a_settled_read(
+    read_cache: ReadCache[str, str], tmp_path: Path
+) -> None:
+    assert read_cache.refresh("key", lambda: "first") == "first"
+    assert read_cache.get("key") == "first"
+    loads: list[str] = []
+    assert read_cache.refresh("key", lambda: (loads.append("read"), "first")[1]) == "first"
+    assert loads == ["read"]  # read again: refresh never answers from memory
+    changer = _changer(tmp_path)
+
+    def racing() -> str:
+        with changer.changing():
+            pass
+        return "stale"
+
+    assert read_cache.refresh("other", racing) == "stale"
+    assert read_cache.get("other") is None and read_cache.get("key") is None  # all forgotten
+    changer.close()
+
+
+def test_a_read_cache_without_a_signal_loads_every_time_and_remembers_nothing() -> None:
+    cache: ReadCache[str, str] = ReadCache(None, "deletions", budget=10)  # PostgreSQL
+    loads: list[str] = []
+    for _ in range(2):
+        assert cache.get_or_load("key", lambda: (loads.append("read"), "value")[1]) == "value"
+    assert loads == ["read", "read"]
+    cache.close()

@@ -126,7 +126,7 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(
 def local_archive(tmp_path: Path) -> Iterator[Archive]:
     """The embedded default: the only pair whose writes are committed from the event loop."""
     opened = Archive.open(Settings(data_dir=tmp_path / "amber-data"))
-    assert opened.write_is_quick(1)
+    assert opened._write_is_quick(1)
     yield opened
     opened.close()
 
