@@ -13,7 +13,7 @@ Start from :class:`Archive`, opened from :class:`Settings`::
 The names below are the public surface; everything else may move between releases.
 """
 
-from archive.archive import Archive, MementoRequest, TimeMapPage, WriteResult
+from archive.archive import Archive, TimeMapPage
 from archive.citations import (
     Citation,
     CitationError,
@@ -63,6 +63,7 @@ from archive.index import Neighbours
 from archive.keys import IssuedKey, KeyInfo, Principal, Role
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.retention import SweepReport
+from archive.writes import MementoRequest, WriteResult
 
 __version__ = "0.1.0"
 

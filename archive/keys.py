@@ -40,6 +40,8 @@ SECRET_FILE = "key-secret"
 
 
 class Role(StrEnum):
+    """What a key may do: agents write and cite, auditors read and audit, admins manage."""
+
     AGENT = "agent"
     AUDITOR = "auditor"
     ADMIN = "admin"
@@ -60,6 +62,8 @@ class Principal:
 
 @dataclass(frozen=True)
 class KeyInfo:
+    """An API key as listed: its public id, tenant, role and life, never its secret."""
+
     key_id: str
     tenant: str
     role: Role
@@ -70,6 +74,8 @@ class KeyInfo:
 
 @dataclass(frozen=True)
 class IssuedKey:
+    """A key just created: the only moment its secret exists outside the caller."""
+
     info: KeyInfo
     key: str  # shown once, never stored
 

@@ -288,10 +288,11 @@ def run_threads(worker: Any, count: int) -> float:
 
 def library(seconds: float, clients: int) -> None:
     """Citations/s through ``CitationDesk.cite`` from ``clients`` threads, no HTTP."""
-    from archive.archive import Archive, MementoRequest
+    from archive.archive import Archive
     from archive.citations import CitationRequest, QuoteRequest
     from archive.config import Settings
     from archive.mementos import CaptureFacts
+    from archive.writes import MementoRequest
 
     with fresh_data_dir() as data_dir:
         archive = Archive.open(Settings(data_dir=Path(data_dir)))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
@@ -20,6 +20,7 @@ from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict
 from archive.index.schema import blobs, mementos
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 DAY = timedelta(days=1)
 

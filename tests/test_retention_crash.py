@@ -13,11 +13,12 @@ import pytest
 from live_server import amber_command, clean_environ, env_for
 from sqlalchemy import func, select
 
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.index.schema import blobs, mementos
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 EXPIRED = 240
 

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import select
 
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import Gone, RetentionConflict, StorageError
 from archive.index.schema import citations, mementos, transcripts
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 WORDS = ["alpha", "bravo", "charlie", "delta"]
 GRACE_DAYS = 3

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.blobstore import local as local_store
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
@@ -21,6 +21,7 @@ from archive.config import Settings
 from archive.dates import utc_now
 from archive.index.schema import blobs, citations, mementos
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 FILLER = b" Lorem ipsum filler so that a passage (quote plus context) is not the whole page." * 8
 

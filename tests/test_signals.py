@@ -18,12 +18,13 @@ import pytest
 from live_server import amber_command, clean_environ
 
 from archive import signals
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, Unauthenticated
 from archive.keys import Role
 from archive.signals import ChangeSignal, ReadCache
+from archive.writes import MementoRequest
 
 
 def _write_copies(path: Path, first: int, second: int) -> None:

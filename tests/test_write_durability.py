@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.blobstore.local import LocalBlobStore
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
 from archive.exceptions import StorageError
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 TIMEOUT = 10.0  # generous upper bound for anything that should happen "soon"
 
@@ -103,7 +104,7 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(
     def refusing_submit(item: Any) -> Any:
         raise RuntimeError("committer is closed")
 
-    monkeypatch.setattr(archive._committer, "submit", refusing_submit)
+    monkeypatch.setattr(archive.writes.committer, "submit", refusing_submit)
     monkeypatch.setattr(archive.citations.committer, "submit", refusing_submit)
     with pytest.raises(RuntimeError):
         archive.write_memento(request(b"never committed"))
@@ -126,7 +127,7 @@ def test_a_write_failing_before_its_commit_leaves_no_staged_bytes(
 def local_archive(tmp_path: Path) -> Iterator[Archive]:
     """The embedded default: the only pair whose writes are committed from the event loop."""
     opened = Archive.open(Settings(data_dir=tmp_path / "amber-data"))
-    assert opened._write_is_quick(1)
+    assert opened.writes.stages_on_loop(1)
     yield opened
     opened.close()
 

@@ -9,10 +9,11 @@ import sys
 import click
 
 from api.cli.shared import echo_json, load_settings, memento_summary, public_base_url
-from archive.archive import Archive, MementoRequest
+from archive.archive import Archive
 from archive.exceptions import AmberError
 from archive.index import DEFAULT_TENANT
 from archive.mementos import CaptureFacts
+from archive.writes import MementoRequest
 
 
 @click.command()

@@ -16,7 +16,7 @@ beside it hold one part each.
 
 from archive.retention.evaluation import REACHERS, Reacher
 from archive.retention.hooks import RetentionHooks
-from archive.retention.lockdates import ceil_to_day, lock_mode_of
+from archive.retention.lockdates import ceil_to_day, first_lock, lock_mode_of
 from archive.retention.records import SweepReport, Verdict
 from archive.retention.service import Retention
 
@@ -28,5 +28,6 @@ __all__ = [
     "SweepReport",
     "Verdict",
     "ceil_to_day",
+    "first_lock",
     "lock_mode_of",
 ]

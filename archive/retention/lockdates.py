@@ -1,6 +1,6 @@
 """S3 Object Lock dates: the store itself refuses early deletion.
 
-A new blob is locked for the grace period from the start (``Archive.initial_lock``, which
+A new blob is locked for the grace period from the start (:func:`first_lock`, which
 rounds with :func:`ceil_to_day`); after each sweep, :class:`LockDates` extends each live
 blob's lock to its latest expiry and keeps its legal-hold flag on while any hold in Amber
 reaches it. Object Lock can only lengthen: a blob locked past its expiry is deleted when the
@@ -22,6 +22,15 @@ from archive.retention.evaluation import REACHERS, reach
 def ceil_to_day(moment: datetime) -> datetime:
     day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
     return day if day == moment else day + timedelta(days=1)
+
+
+def first_lock(store: BlobStore, grace: timedelta, archived_at: datetime) -> datetime | None:
+    """The lock date of a blob first stored at ``archived_at``: the end of the grace period,
+    rounded up to the day; None when the store sets no lock. Sweeps extend it later when a
+    longer-lived citation or a hold reaches the blob."""
+    if store.lock_mode is None:
+        return None
+    return ceil_to_day(archived_at + grace)
 
 
 def lock_mode_of(store: BlobStore) -> str | None:

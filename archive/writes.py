@@ -1,0 +1,324 @@
+"""The write path: a memento checked, its bytes staged, then made durable with its rows.
+
+Write order is the durability contract (invariant 2 in docs/design.md): the blob is stored
+and durable first, then the index rows commit in one transaction, batched with concurrent
+writers by :class:`~archive.committer.GroupCommitter`. A crash in between leaves an orphan
+blob for garbage collection, never an index row pointing at nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import anyio
+from sqlalchemy import Connection
+
+from archive.blobstore import BlobStore
+from archive.blobstore.base import StagedBlob, discard_on_failure
+from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
+from archive.config import Settings
+from archive.dates import utc_now
+from archive.exceptions import Gone, IdempotencyConflict, PayloadTooLarge
+from archive.index import DEFAULT_TENANT, Index, OpenWrite, StoredResponse, WriteOutcome
+from archive.mementos import (
+    CaptureFacts,
+    Memento,
+    Scope,
+    check_captured_at,
+    check_media_type,
+    check_tool,
+    memento_id,
+    select_headers,
+)
+from archive.retention import first_lock
+from archive.uri import parse_uri_r
+
+_T = TypeVar("_T")
+
+# Hashing and staging a write's bytes this small takes microseconds on the caller's event
+# loop: less than handing it to a worker thread.
+QUICK_WRITE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class MementoRequest:
+    """What a client asks to archive. ``captured_at`` None means "now" (server time)."""
+
+    uri_r: str
+    content: bytes
+    content_type: str
+    captured_at: datetime | None = None
+    scope: Scope = Scope.DOCUMENT
+    facts: CaptureFacts = field(default_factory=CaptureFacts)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The memento as stored, and whether this write created it (False: it was there)."""
+
+    memento: Memento
+    created: bool
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """A checked write whose bytes are staged, waiting for its group commit."""
+
+    memento: Memento
+    content: bytes  # kept until commit: a blob a sweep started deleting is stored again
+    staged: StagedBlob  # published (made durable) by the group commit, before the rows
+    idempotency_key: str | None
+    request_hash: str | None
+
+
+class MementoWriter:
+    """Writes mementos: checks a request, stages its bytes, and commits it with concurrent
+    writes (a group commit per batch, on a thread or on the caller's event loop)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        blobs: BlobStore,
+        index: Index,
+        get_memento: Callable[[str, str], Memento],
+    ) -> None:
+        self._settings = settings
+        self.blobs = blobs
+        self.index = index
+        self._get_memento = get_memento  # replays answer with the memento as it is now
+        self._grace = timedelta(days=settings.citations.retention_days)
+        self.committer: GroupCommitter[PendingWrite, WriteResult] = GroupCommitter(
+            self._commit_batch
+        )
+        # Writes from an event loop (write_async): committed by the loop, which waits for
+        # the disk in this one thread.
+        self._loop_committer: LoopGroupCommitter[PendingWrite, WriteResult] = LoopGroupCommitter(
+            self._commit_batch_async
+        )
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amber-disk")
+
+    def commits(self) -> CommitCounts:
+        """Memento write batches committed (or tried) by this process, and the writes in them."""
+        return self.committer.counts + self._loop_committer.counts
+
+    def close(self) -> None:
+        self.committer.close()
+        self._disk.shutdown(wait=True)
+
+    def write(
+        self,
+        request: MementoRequest,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> WriteResult:
+        """Store a memento durably; idempotent. Raises :class:`InvalidInput` subclasses."""
+        pending = self.prepare(request, tenant, idempotency_key, request_hash)
+        if isinstance(pending, WriteResult):
+            return pending
+        with discard_on_failure(self.blobs, [pending.staged]):
+            return self.committer.submit(pending)
+
+    async def write_async(
+        self,
+        request: MementoRequest,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> WriteResult:
+        """:meth:`write` for an event loop. A quick write (:meth:`stages_on_loop`) is
+        checked and staged on the loop, which serves other requests while the group commit
+        makes it durable; any other is written in a worker thread."""
+        if not self.stages_on_loop(len(request.content)):
+            return await anyio.to_thread.run_sync(
+                functools.partial(
+                    self.write,
+                    request,
+                    tenant=tenant,
+                    idempotency_key=idempotency_key,
+                    request_hash=request_hash,
+                )
+            )
+        pending = self.prepare(request, tenant, idempotency_key, request_hash)
+        if isinstance(pending, WriteResult):
+            return pending
+        try:
+            return await self._loop_committer.submit(pending)
+        except asyncio.CancelledError:
+            # Still queued, the commit publishes or discards the staged bytes; only when the
+            # loop shuts down is the batch cancelled, leaving its temp files to `amber gc`.
+            raise
+        except BaseException:
+            self.blobs.discard([pending.staged])
+            raise
+
+    def stages_on_loop(self, size: int) -> bool:
+        """Whether checking and staging a write of ``size`` bytes takes microseconds: a small
+        body, a local blob store and an in-process index (SQLite); no network round trip."""
+        return (
+            size <= QUICK_WRITE_BYTES
+            and self.blobs.capabilities.shared_sync
+            and self.index.reads_in_process
+        )
+
+    def prepare(
+        self,
+        request: MementoRequest,
+        tenant: str,
+        idempotency_key: str | None,
+        request_hash: str | None,
+    ) -> PendingWrite | WriteResult:
+        """Check a write and stage its bytes; or the first answer of a replayed request."""
+        if idempotency_key is not None:
+            replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
+            if replay is not None:
+                return self._replay(tenant, replay)
+        uri = parse_uri_r(request.uri_r, self._settings.internal_schemes)
+        archived_at = utc_now()
+        captured_at = check_captured_at(request.captured_at, archived_at)
+        media_type = check_media_type(request.content_type)
+        if len(request.content) > self._settings.max_body_bytes:
+            raise PayloadTooLarge("content is larger than the configured limit")
+        facts = CaptureFacts(
+            tool=check_tool(request.facts.tool),
+            final_url=request.facts.final_url,
+            http_status=request.facts.http_status,
+            headers=select_headers(request.facts.headers),
+        )
+        if facts.final_url is not None:
+            parse_uri_r(facts.final_url, self._settings.internal_schemes)
+        # Written now, made durable by the group commit together with concurrent writes.
+        staged = self.blobs.stage(request.content, retain_until=self.initial_lock(archived_at))
+        with discard_on_failure(self.blobs, [staged]):
+            stored = staged.blob
+            memento = Memento(
+                id=memento_id(tenant, uri.key, captured_at, stored.address),
+                tenant=tenant,
+                uri_r=uri.raw,
+                urir_key=uri.key,
+                captured_at=captured_at,
+                archived_at=archived_at,
+                content_hash=stored.address,
+                blob_version_id=stored.version_id,
+                media_type=media_type,
+                size=stored.size,
+                scope=request.scope,
+                facts=facts,
+            )
+        return PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
+
+    def initial_lock(self, archived_at: datetime) -> datetime | None:
+        """With S3 Object Lock, a new blob is locked for the grace period from the start;
+        retention jobs extend the lock when a longer-lived citation reaches it."""
+        return first_lock(self.blobs, self._grace, archived_at)
+
+    def _commit_batch(self, batch: Sequence[PendingWrite]) -> list[WriteResult | BaseException]:
+        # Bytes durable before any row that points at them (one sync for the whole batch).
+        self.blobs.publish([p.staged for p in batch])
+        with self.index.write() as connection:
+            return self._insert_batch(connection, batch)
+
+    def _insert_batch(
+        self, connection: Connection, batch: Sequence[PendingWrite]
+    ) -> list[WriteResult | BaseException]:
+        """The batch's rows, inside an open write; each write's result or error."""
+        contents = {p.memento.content_hash: p.content for p in batch}
+        outcomes = self.index.insert_mementos(
+            connection,
+            [p.memento for p in batch],
+            # A blob a retention sweep was deleting is stored again, under the write lock:
+            # rare, and one put.
+            revive=lambda address: self.blobs.put(
+                contents[address], retain_until=self.initial_lock(utc_now())
+            ),
+        )
+        return [self._settle(connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
+
+    async def _commit_batch_async(
+        self, batch: Sequence[PendingWrite]
+    ) -> list[WriteResult | BaseException]:
+        """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
+        stages_on_loop). The syncs, the wait for the write lock and the commit run in the
+        disk thread; everything else runs here, so the two threads hand the GIL to each
+        other a handful of times per batch rather than at every statement."""
+
+        async def offload(function: Callable[[], _T]) -> _T:
+            # Shielded: a disk step, once handed over, runs to its end even if the loop
+            # shuts down meanwhile; the step that opened the index write then ends it.
+            running = self._disk.submit(function)
+            try:
+                return await asyncio.shield(asyncio.wrap_future(running))
+            except asyncio.CancelledError:
+                running.add_done_callback(_end_unused_write)
+                raise
+
+        blobs = self.blobs
+        # The write opens (and may wait for SQLite's write lock) in the thread that made the
+        # names durable, in the same hand-over.
+        write = await blobs.publish_async(
+            [p.staged for p in batch], offload, then=self.index.open_write
+        )
+        try:
+            results = self._insert_batch(write.connection, batch)
+        except BaseException:
+            await offload(write.rollback)
+            raise
+        await offload(write.commit)
+        return results
+
+    def _settle(
+        self, connection: Connection, pending: PendingWrite, outcome: WriteOutcome
+    ) -> WriteResult | BaseException:
+        if outcome.memento.deleted_at is not None:
+            return Gone(
+                "this capture was stored before and has been deleted; URI-Ms are never reused",
+                memento_id=outcome.memento.id,
+            )
+        if not outcome.memento.same_capture_as(pending.memento):
+            return IdempotencyConflict(
+                "a memento of this URI-R with the same datetime and content already exists "
+                "with different capture facts; mementos are never edited",
+                memento_id=outcome.memento.id,
+            )
+        result = WriteResult(outcome.memento, outcome.created)
+        if pending.idempotency_key is None:
+            return result
+        first = self.index.remember_response(
+            connection,
+            outcome.memento.tenant,
+            pending.idempotency_key,
+            StoredResponse(
+                request_hash=pending.request_hash or "",
+                status_code=201 if outcome.created else 200,
+                body={"memento_id": outcome.memento.id},
+            ),
+            utc_now(),
+        )
+        if first.request_hash != (pending.request_hash or ""):
+            return IdempotencyConflict(
+                "this Idempotency-Key was already used for a different request"
+            )
+        return WriteResult(outcome.memento, first.status_code == 201)
+
+    def _replay(self, tenant: str, stored: StoredResponse) -> WriteResult:
+        memento = self._get_memento(tenant, str(stored.body["memento_id"]))
+        return WriteResult(memento, stored.status_code == 201)
+
+
+def _end_unused_write(step: Future[Any]) -> None:
+    """Called when a disk step of a cancelled batch is done, in the disk thread (or at once,
+    if it was): when that step opened the index write, nobody will commit it, so it ends
+    here, without the event loop, which may be closed by now."""
+    if step.cancelled() or step.exception() is not None:
+        return
+    opened = step.result()
+    if isinstance(opened, OpenWrite):
+        opened.rollback()
