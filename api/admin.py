@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.auth import require
 from api.deps import get_archive
 from api.models import ERROR_RESPONSES
+from archive.access.keys import KeyInfo, Principal, Role
 from archive.archive import Archive
 from archive.dates import parse_rfc3339, to_rfc3339
-from archive.keys import KeyInfo, Principal, Role
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 admin_only = require(Role.ADMIN)

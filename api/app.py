@@ -24,9 +24,9 @@ from api.auth import Gatekeeper
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
+from archive.access.ratelimit import RateLimiter
 from archive.archive import Archive
 from archive.config import Settings
-from archive.ratelimit import RateLimiter
 
 DESCRIPTION = """
 Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos served with

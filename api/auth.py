@@ -15,11 +15,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from archive.audit import ReadAudit
+from archive.access.audit import ReadAudit
+from archive.access.keys import KeyRing, Principal, Role
+from archive.access.ratelimit import RateLimiter
 from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
-from archive.keys import KeyRing, Principal, Role
-from archive.ratelimit import RateLimiter
 
 ALL_ROLES = frozenset(Role)
 READERS = (Role.AGENT, Role.AUDITOR, Role.ADMIN)

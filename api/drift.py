@@ -13,11 +13,11 @@ from api.auth import READERS, audit_read, require
 from api.deps import get_archive, get_urls
 from api.models import ERROR_RESPONSES
 from api.urls import Urls
+from archive.access.keys import Principal, Role
 from archive.archive import Archive
 from archive.citations import Citation
 from archive.dates import to_rfc3339
 from archive.drift import CheckRecord, Review, SourceRate, host_of
-from archive.keys import Principal, Role
 
 router = APIRouter(tags=["drift"])
 readers = require(*READERS)

@@ -33,12 +33,12 @@ from api.mementos import (
 from api.middleware import reject_too_large
 from api.models import MementoIn
 from api.urls import MEMENTO_PREFIX, Urls
+from archive.access.keys import Principal
 from archive.archive import Archive
 from archive.exceptions import AmberError
 from archive.hashing import content_address
-from archive.keys import Principal
+from archive.index.signals import ReadCache
 from archive.mementos import Memento
-from archive.signals import ReadCache
 
 
 def is_memento_write(scope: asgi.Scope) -> bool:

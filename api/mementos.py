@@ -13,9 +13,9 @@ from api.auth import READERS, audit_read, require
 from api.deps import get_and_head, get_archive, get_urls, idempotency_key
 from api.models import ERROR_RESPONSES, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls
+from archive.access.keys import Principal, Role
 from archive.archive import Archive
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
-from archive.keys import Principal, Role
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.uri import to_ascii_uri
 from archive.writes import MementoRequest

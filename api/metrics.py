@@ -16,8 +16,8 @@ from fastapi.responses import PlainTextResponse, Response
 from api.auth import require
 from api.deps import get_archive
 from api.models import ERROR_RESPONSES
+from archive.access.keys import Principal, Role
 from archive.archive import Archive
-from archive.keys import Principal, Role
 
 router = APIRouter(tags=["ops"])
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -12,10 +12,10 @@ from api.auth import require
 from api.deps import get_archive
 from api.models import ERROR_RESPONSES
 from api.transcripts import RetainUntil
+from archive.access.keys import Principal, Role
 from archive.archive import Archive
 from archive.citations import check_transcript_id
 from archive.dates import to_rfc3339
-from archive.keys import Principal, Role
 from archive.mementos import check_memento_id
 
 router = APIRouter(prefix="/api/v1", tags=["retention"])

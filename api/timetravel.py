@@ -20,10 +20,10 @@ from api.models import (
     TimeMapUris,
 )
 from api.urls import TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls, raw_uri_r
+from archive.access.keys import Principal
 from archive.archive import Archive, TimeMapPage
 from archive.dates import parse_rfc1123, to_rfc1123
 from archive.index import Neighbours
-from archive.keys import Principal
 from archive.links import Link, link, link_format, link_header
 from archive.mementos import Memento
 

@@ -14,6 +14,7 @@ from api.deps import get_archive, get_urls, idempotency_key
 from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, source_drift_by_citation
 from api.models import ERROR_RESPONSES, TextMap, decode_content
 from api.urls import Urls
+from archive.access.keys import Principal, Role
 from archive.archive import Archive
 from archive.citations import (
     Citation,
@@ -26,7 +27,6 @@ from archive.citations import (
 from archive.dates import parse_rfc3339, to_rfc3339
 from archive.exceptions import InvalidInput
 from archive.hashing import content_address
-from archive.keys import Principal, Role
 from archive.links import robust_link, text_fragment_url
 from archive.uri import WEB_SCHEMES
 

@@ -13,6 +13,7 @@ Start from :class:`Archive`, opened from :class:`Settings`::
 The names below are the public surface; everything else may move between releases.
 """
 
+from archive.access import IssuedKey, KeyInfo, Principal, Role
 from archive.archive import Archive, TimeMapPage
 from archive.citations import (
     Citation,
@@ -60,7 +61,6 @@ from archive.exceptions import (
     Unauthenticated,
 )
 from archive.index import Neighbours
-from archive.keys import IssuedKey, KeyInfo, Principal, Role
 from archive.mementos import CaptureFacts, Memento, Scope
 from archive.retention import SweepReport
 from archive.writes import MementoRequest, WriteResult

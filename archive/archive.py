@@ -13,7 +13,8 @@ from typing import TypeVar
 
 import anyio
 
-from archive.audit import ReadAudit
+from archive.access.audit import ReadAudit
+from archive.access.keys import KeyRing, load_server_secret
 from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk, TranscriptBook
 from archive.committer import CommitCounts
@@ -27,7 +28,6 @@ from archive.exceptions import (
 )
 from archive.hashing import content_address
 from archive.index import DEFAULT_TENANT, Index, Neighbours
-from archive.keys import KeyRing, load_server_secret
 from archive.mementos import (
     Memento,
     check_memento_id,

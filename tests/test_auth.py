@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from api.app import create_app
+from archive.access.keys import Role
 from archive.archive import Archive
 from archive.config import Settings
-from archive.keys import Role
 
 URI_R = "https://ex.org/doc?x=1"
 ROLES = [Role.AGENT, Role.AUDITOR, Role.ADMIN]

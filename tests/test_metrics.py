@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 
 from api.app import create_app
+from archive.access.keys import Role
 from archive.archive import Archive
 from archive.config import Settings
-from archive.keys import Role
 
 SAMPLE = re.compile(r"^([a-z_]+) (\d+)$")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from archive.access.ratelimit import RateLimiter
 from archive.exceptions import RateLimited
-from archive.ratelimit import RateLimiter
 
 
 class Clock:

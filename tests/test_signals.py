@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from live_server import amber_command, clean_environ
 
-from archive import signals
+from archive.access.keys import Role
 from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, Unauthenticated
-from archive.keys import Role
-from archive.signals import ChangeSignal, ReadCache
+from archive.index import signals
+from archive.index.signals import ChangeSignal, ReadCache
 from archive.writes import MementoRequest
 
 

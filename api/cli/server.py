@@ -9,11 +9,11 @@ import click
 
 from api.cli.shared import load_settings, opened
 from archive import __version__
+from archive.access.keys import Role
 from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import to_rfc3339
 from archive.index import DEFAULT_TENANT
-from archive.keys import Role
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 

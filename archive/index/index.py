@@ -53,8 +53,8 @@ from archive.index.rows import (
     with_version,
 )
 from archive.index.schema import blobs, idempotency_keys, mementos
+from archive.index.signals import ReadCache
 from archive.mementos import Memento
-from archive.signals import ReadCache
 
 DEFAULT_TENANT = "default"
 

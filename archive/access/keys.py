@@ -7,7 +7,7 @@ the server secret, which lives outside the database (``AMBER_KEY_SECRET``, or a 
 in the data directory for the embedded default). Checking a key is one indexed lookup and
 one HMAC, compared in constant time; on SQLite, verified keys are then remembered (by digest)
 until the next revocation, which takes effect on the next request in every process
-(:mod:`archive.signals`).
+(:mod:`archive.index.signals`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
 from archive.index import Index
 from archive.index.schema import api_keys
-from archive.signals import ReadCache
+from archive.index.signals import ReadCache
 
 KEY_PREFIX = "amber"
 _KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
