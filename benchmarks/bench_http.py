@@ -554,7 +554,7 @@ def _server_figures(
 
 def start_baseline(log_dir: Path) -> Server:
     port = _free_port()
-    # The same uvicorn options as `amber serve` (api/cli.py): one worker, default (auto)
+    # The same uvicorn options as `amber serve` (api/cli/server.py): one worker, default (auto)
     # loop and HTTP implementation, access log off, same log level and graceful timeout.
     argv = [
         sys.executable,

@@ -710,7 +710,9 @@ def test_a_page_a_drift_check_archived_is_held_in_the_store_with_its_transcript(
     live_page = capture(
         archive, b"The page as the drift check found it." + FILLER, uri="https://ex.org/a?checked"
     )
-    with archive.index.write() as connection:  # what a drift check records (archive/drift.py)
+    with (
+        archive.index.write() as connection
+    ):  # what a drift check records (archive/drift/service.py)
         connection.execute(
             drift_checks.insert().values(
                 id="check-1",

@@ -117,7 +117,7 @@ class BlobStore(RetentionLock, Protocol):
       behind a delete marker) and raises :class:`ValueError` without one.
     - ``stored_at``, ``versions_of``, ``temp_files`` and ``remove_temp_file`` serve garbage
       collection; a store with nothing of a kind answers empty.
-    - Every store is a :class:`~archive.blobstore.objectlock.RetentionLock`; one without a
+    - Every store is a :class:`RetentionLock`; one without a
       storage-level lock has ``lock_mode`` None and its lock methods are no-ops.
     - ``capabilities`` says what its operations cost (:class:`BlobStoreCapabilities`).
     """
