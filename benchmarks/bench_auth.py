@@ -12,7 +12,7 @@ one as a user runs it (``amber serve``, every request carrying an agent key made
 after the other, with the order swapped every round (keyed first, then open first), so a
 machine that drifts during the run — other tenants of the host, a cooling CPU — weighs on
 both alike. The cost of authentication is 1 − keyed/open throughput, per round and as the
-median of the rounds; issue #3's goal is at most 10%.
+median of the rounds; the goal is at most 10%.
 
 The load generator, phases and CPU accounting are those of ``bench_http.py``.
 """

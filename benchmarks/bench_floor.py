@@ -1,4 +1,4 @@
-"""Amber's durable write next to its floor: the least work issue #2's design allows.
+"""Amber's durable write next to its floor: the least work its design allows.
 
 Not a test: it measures, prints a table and exits 0. See benchmarks/README.md.
 
@@ -10,7 +10,7 @@ Each round runs four write phases back to back, their order turned every round, 
 passages):
 
 * ``baseline``: the trivial FastAPI endpoint of ``bench_http.py`` (``baseline_app.py``);
-* ``floor``: ``floor_app.py``, the durable work issue #2 specifies for the embedded default
+* ``floor``: ``floor_app.py``, the durable work the design specifies for the embedded default
   (a file per blob, temp and rename, synced per batch; rows in Amber's own SQLite schema,
   ``synchronous=FULL``, one group commit per batch) and nothing else: no checks at all;
 * ``packed``: the same floor with every batch's blobs appended to one pack file (one
@@ -21,7 +21,7 @@ passages):
 It prints each phase, then per round amber/baseline, floor/baseline, packed/baseline and
 amber/floor, and the CPU each design spends per write (the server process and the kernel
 threads that write back for it) next to the CPU per write the machine has at the goal rate
-(every core, minus what the load process needs at that rate). Issue #2's goal is
+(every core, minus what the load process needs at that rate). The write goal is
 amber/baseline >= 0.8 with durability full. A floor whose work costs more CPU than that
 budget cannot meet it here, however it arranges the work (pipelines, threads); amber/floor
 says how much of the floor Amber keeps.

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GOAL_RATIO = 0.8
-AUTH_GOAL_RATIO = 0.9  # issue #3: authentication may cost at most 10%
+AUTH_GOAL_RATIO = 0.9  # authentication may cost at most 10% of throughput
 NOISY_OTHER_CPU = 0.25  # busy CPU (in cores) of everything but the server and the load
 SATURATED_LOAD_CPU = 0.85  # load process CPU (in cores) above which it is the bottleneck
 PASSAGE_BYTES = 4096

@@ -1,7 +1,7 @@
-"""The floor of a durable write, for ``bench_floor.py``: the work issue #2 mandates for one
-memento write, and nothing else, as a plain ASGI app.
+"""The floor of a durable write, for ``bench_floor.py``: the durable work the design
+requires of one memento write, and nothing else, as a plain ASGI app.
 
-It stores each request's content the way issue #2 specifies for the embedded default (a
+It stores each request's content the way the design specifies for the embedded default (a
 temp file per blob in a one-level shard, then, for a whole batch at once: a sync of the
 bytes, the renames, a sync of the names), then inserts the blob and memento rows into an
 index with Amber's own schema (made by Amber's migrations: same tables, indexes, triggers
