@@ -38,10 +38,21 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # for annotations only: archive.citations imports this module
-    from archive.citations.records import CitationError
+
+class RefusedCitation(Protocol):
+    """One refused citation of a request, as :class:`CitationsRejected` reports it (the
+    citations package's ``CitationError``): errors import nothing of the library."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
 
 
 class AmberError(Exception):
@@ -92,7 +103,7 @@ class CitationsRejected(InvalidInput):
 
     code = "citations_rejected"
 
-    def __init__(self, errors: Sequence[CitationError]) -> None:
+    def __init__(self, errors: Sequence[RefusedCitation]) -> None:
         super().__init__(f"{len(errors)} citation(s) rejected; nothing was stored")
         self.errors = list(errors)
 
