@@ -1,4 +1,4 @@
-"""Citations at the moment they are made: evidence, quote verification, fail-closed.
+"""The citation desk: checks each citation of a request (evidence, source, quote), fail-closed.
 
 For each citation in a request the desk resolves its evidence (a stored document memento,
 or the captured document inline), checks the capturing tool against the configured
