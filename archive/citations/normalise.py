@@ -175,18 +175,24 @@ def _apply_rules(source: str, mode: Mode, offsets: _Map | None) -> str:
     rules = _PLAIN_RULES if plain else _PDF_RULES
     parts: list[str] = []
     at = 0  # in source: everything before is done
+    tried = 0  # every position in [at, tried) a match could start at has been tried, in vain
     length = 0  # of the output so far
     for needle_at in _positions(source, _NEEDLES if plain else _PDF_NEEDLES):
         if needle_at < at:
             continue
+        # A needle's run reaching back to ``tried`` reaches back as far as the previous
+        # needle's did, and those positions all failed: trying them again cannot find a
+        # match, and walking back over them again made a long run of failures quadratic.
+        floor = max(at, tried)
         begin = needle_at
-        while begin > at and source[begin - 1] in _RUN_CHARS:
+        while begin > floor and source[begin - 1] in _RUN_CHARS:
             begin -= 1
         for candidate in range(begin, needle_at + 1):
             match = rules.match(source, candidate)
             if match is not None:
                 break
         else:
+            tried = needle_at + 1
             continue
         begin, finish = match.span()
         if begin > at:

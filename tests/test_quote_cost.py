@@ -1,0 +1,136 @@
+"""What matching a quote costs: linear in the text, with results identical to the slow way.
+
+``amber-norm-1`` is frozen, so each speed-up here is checked against the implementation it
+replaced, kept below as a reference, on inputs built to hit the corners (runs of spaces,
+hyphens and invisible characters; repeated quotes with context), and its cost is measured by
+counting operations on the pathological inputs the old code was quadratic on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from archive.citations.normalise import _Map, _positions, _replacement
+
+norm = importlib.import_module(
+    "archive.citations.normalise"
+)  # the package's ``normalise`` is a function
+
+FAST = settings(max_examples=400, deadline=None, database=None)
+
+
+# -- the rules scan, as it was before it remembered failed positions ------------------------------
+
+
+def _apply_rules_before(source: str, mode: norm.Mode, offsets: _Map | None) -> str:
+    source = norm._one_for_one(source)
+    plain = mode == "plain"
+    rules = norm._PLAIN_RULES if plain else norm._PDF_RULES
+    parts: list[str] = []
+    at = 0
+    length = 0
+    for needle_at in _positions(source, norm._NEEDLES if plain else norm._PDF_NEEDLES):
+        if needle_at < at:
+            continue
+        begin = needle_at
+        while begin > at and source[begin - 1] in norm._RUN_CHARS:
+            begin -= 1
+        for candidate in range(begin, needle_at + 1):
+            match = rules.match(source, candidate)
+            if match is not None:
+                break
+        else:
+            continue
+        begin, finish = match.span()
+        if begin > at:
+            if offsets is not None:
+                offsets.add(length, at, begin, True, begin - at)
+            parts.append(source[at:begin])
+            length += begin - at
+        replacement = _replacement(mode, source, match)
+        if replacement:
+            if offsets is not None:
+                offsets.add(length, begin, finish, False, len(replacement))
+            parts.append(replacement)
+            length += len(replacement)
+        at = finish
+    if at < len(source):
+        if offsets is not None:
+            offsets.add(length, at, len(source), True, len(source) - at)
+        parts.append(source[at:])
+    return "".join(parts)
+
+
+def _fields(offsets: _Map) -> tuple[object, ...]:
+    return (offsets.starts, offsets.sources, offsets.source_ends, offsets.identity, offsets.length)
+
+
+RUNS = st.sampled_from(
+    ["-", " ", "a", "A", "_", "\u00ad", "\u200b", "\ufeff", "\n", "\u2013", "\u2026", "\ufb01", "é"]
+)
+MODES = ("plain", "pdf", "pdf-keep-hyphens")
+
+
+@given(st.lists(st.tuples(RUNS, st.integers(1, 6)), max_size=40))
+@FAST
+def test_property_rules_scan_identical_to_the_one_it_replaced(
+    pieces: list[tuple[str, int]],
+) -> None:
+    text = unicodedata.normalize("NFC", "".join(char * count for char, count in pieces))
+    for mode in MODES:
+        new_map, old_map = _Map(), _Map()
+        new = norm._apply_rules(text, mode, new_map)  # type: ignore[arg-type]
+        old = _apply_rules_before(text, mode, old_map)  # type: ignore[arg-type]
+        assert new == old
+        assert _fields(new_map) == _fields(old_map)
+        assert new == norm._apply_rules_reference(text, mode)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "- " * 500,
+        "-\u200b " * 300,
+        " -" * 400 + "a- b",
+        ("- " * 50 + "x- y") * 20,
+        "\u00ad " * 300 + "a\u00ad \u200b",
+        "a-" + "\u200b" * 200 + " -" * 100,
+    ],
+)
+def test_pathological_runs_identical_to_the_one_it_replaced(text: str) -> None:
+    for mode in MODES:
+        new_map, old_map = _Map(), _Map()
+        assert norm._apply_rules(text, mode, new_map) == _apply_rules_before(text, mode, old_map)  # type: ignore[arg-type]
+        assert _fields(new_map) == _fields(old_map)
+
+
+class _CountingRules:
+    """Stands in for a compiled rules pattern and counts the match attempts."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.calls = 0
+
+    def match(self, text: str, pos: int) -> re.Match[str] | None:
+        self.calls += 1
+        return self.pattern.match(text, pos)
+
+    def sub(self, *args: object) -> str:
+        return self.pattern.sub(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("unit", ["- ", " -", "-\u00a0", "\u2013 "])
+def test_failed_hyphen_breaks_cost_linear_match_attempts(
+    unit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = _CountingRules(norm._PDF_RULES)
+    monkeypatch.setattr(norm, "_PDF_RULES", counting)
+    text = unit * 3000  # a hyphen with no word before it, then a space: never a hyphen break
+    norm.normalise_as(text, "pdf")
+    assert counting.calls <= 2 * len(text)  # was about len(text) ** 2 / 4
