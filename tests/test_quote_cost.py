@@ -16,11 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archive.citations import locate
+from archive.citations.context import ContextReader
 from archive.citations.normalise import _Map, _positions, _replacement
 
-norm = importlib.import_module(
-    "archive.citations.normalise"
-)  # the package's ``normalise`` is a function
+# The package exports functions named like these modules.
+norm = importlib.import_module("archive.citations.normalise")
+context_module = importlib.import_module("archive.citations.context")
 
 FAST = settings(max_examples=400, deadline=None, database=None)
 
@@ -134,3 +136,65 @@ def test_failed_hyphen_breaks_cost_linear_match_attempts(
     text = unit * 3000  # a hyphen with no word before it, then a space: never a hyphen break
     norm.normalise_as(text, "pdf")
     assert counting.calls <= 2 * len(text)  # was about len(text) ** 2 / 4
+
+
+# -- context next to an occurrence, as it was: a window normalised per occurrence ---------------
+
+
+def _window_context_before(text: str, at: int, wanted: int, mode: norm.Mode) -> str:
+    window = 4 * abs(wanted) + 64
+    while True:
+        if wanted < 0:
+            lo = max(0, at - window)
+            context, complete = norm.normalise_as(text[lo:at], mode), lo == 0
+        else:
+            hi = min(len(text), at + window)
+            context, complete = norm.normalise_as(text[at:hi], mode), hi == len(text)
+        if complete or len(context) > abs(wanted):
+            return context
+        window *= 4
+
+
+CONTEXT_CHARS = st.sampled_from(
+    list("ab Z-.\n\t\u00a0\u00ad\u200b\u2026\ufb01\u2013\u00e9\u0301\u2019\u1100\u1161")
+)
+CONTEXT_TEXT = st.lists(
+    st.tuples(
+        st.one_of(CONTEXT_CHARS, st.sampled_from(["a ", "b-\n", "x  ", "- "])), st.integers(1, 30)
+    ),
+    max_size=12,
+).map(lambda pieces: "".join(piece * count for piece, count in pieces))
+
+
+@given(CONTEXT_TEXT, st.integers(1, 40), st.sampled_from(MODES))
+@FAST
+def test_property_context_identical_to_the_window_it_replaced(
+    text: str, wanted: int, mode: str
+) -> None:
+    prepared = norm.PreparedText(text, pdf=mode != "plain")
+    reader = ContextReader(prepared, mode)  # type: ignore[arg-type]
+    for at in range(len(text) + 1):
+        old_before = _window_context_before(text, at, -wanted, mode)  # type: ignore[arg-type]
+        old_after = _window_context_before(text, at, wanted, mode)  # type: ignore[arg-type]
+        assert reader.before(at, wanted) == old_before[-wanted:]
+        assert reader.after(at, wanted) == old_after[:wanted]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_context_of_a_repeated_quote_costs_linear_normalisation(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    normalised: list[int] = []
+    real = norm._apply_rules
+
+    def counting(source: str, mode: norm.Mode, offsets: _Map | None) -> str:
+        normalised.append(len(source))
+        return real(source, mode, offsets)
+
+    monkeypatch.setattr(norm, "_apply_rules", counting)
+    monkeypatch.setattr(context_module, "_apply_rules", counting)
+    text = "a  " * 3000 + "x  a  a"
+    match = locate(text, "a a", prefix="x" * 300, suffix="y" * 300, pdf=mode != "plain")
+    assert match.occurrences > 2000 and match.start == len(text) - 4
+    # The text once per mode tried, context aside: was a window of >1,000 per occurrence.
+    assert sum(normalised) <= 4 * len(text)

@@ -21,6 +21,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+from archive.citations.context import ContextReader
 from archive.citations.normalise import (
     NORMALISATION_VERSION,
     Mode,
@@ -88,7 +89,7 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 def _choose(
-    text: str,
+    prepared: PreparedText,
     spans: list[tuple[int, int]],
     mode: Mode,
     prefix: str | None,
@@ -99,15 +100,16 @@ def _choose(
         return spans[0]
     want_before = normalise_as(prefix, mode)[-_CONTEXT_COMPARED:] if prefix else ""
     want_after = normalise_as(suffix, mode)[:_CONTEXT_COMPARED] if suffix else ""
+    reader = ContextReader(prepared, mode) if want_before or want_after else None
     best: tuple[int, int] | None = None
     best_key: tuple[int, int] = (0, 0)
     for start, end in spans:
         agreement = 0
-        if want_before:
-            before = _normalised_context(text, start, -len(want_before), mode)
+        if reader is not None and want_before:
+            before = reader.before(start, len(want_before))
             agreement += _common_suffix(before, want_before)
-        if want_after:
-            after = _normalised_context(text, end, len(want_after), mode)
+        if reader is not None and want_after:
+            after = reader.after(end, len(want_after))
             agreement += _common_prefix(after, want_after)
         distance = abs(start - position) if position is not None else 0
         key = (-agreement, distance)
@@ -115,23 +117,6 @@ def _choose(
             best, best_key = (start, end), key
     assert best is not None
     return best
-
-
-def _normalised_context(text: str, at: int, wanted: int, mode: Mode) -> str:
-    """At least ``abs(wanted)`` normalised characters of ``text`` before ``at`` (negative)
-    or after it (or all there are). Normalisation shrinks whitespace runs, soft hyphens and
-    zero-width characters, so a fixed raw window could hold too few characters to compare."""
-    window = 4 * abs(wanted) + 64
-    while True:
-        if wanted < 0:
-            lo = max(0, at - window)
-            context, complete = normalise_as(text[lo:at], mode), lo == 0
-        else:
-            hi = min(len(text), at + window)
-            context, complete = normalise_as(text[at:hi], mode), hi == len(text)
-        if complete or len(context) > abs(wanted):  # one more: a cut run of spaces may shrink
-            return context
-        window *= 4
 
 
 def locate(
@@ -187,7 +172,7 @@ def locate(
             raise QuoteNotFound(
                 f"the quote is not in the document's text, exactly or under {NORMALISATION_VERSION}"
             )
-    start, end = _choose(source, spans, mode, prefix, suffix, position)
+    start, end = _choose(prepared, spans, mode, prefix, suffix, position)
     context = max(0, context)
     return QuoteMatch(
         start=start,
