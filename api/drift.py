@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -219,6 +220,7 @@ def citation_drift(
     summary="Drift rates per source host over a window",
 )
 def drift_sources(
+    request: Request,
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
     window_days: Annotated[
@@ -227,6 +229,7 @@ def drift_sources(
 ) -> dict[str, Any]:
     window = window_days or archive.settings.drift.window_days
     rates = archive.drift.source_rates(principal.tenant, window_days=window)
+    audit_read(request, principal, "drift.sources", f"window_days={window}")
     return {"window_days": window, "sources": [render_rate(r, window) for r in rates]}
 
 
@@ -237,6 +240,7 @@ def drift_sources(
     summary="List transcripts, e.g. those that need review",
 )
 def list_transcripts(
+    request: Request,
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
     needs_review: Annotated[
@@ -254,6 +258,13 @@ def list_transcripts(
 ) -> list[dict[str, Any]]:
     found = archive.drift.transcripts(
         principal.tenant, needs_review=needs_review, after=after, limit=limit
+    )
+    query = {"needs_review": needs_review, "after": after, "limit": limit}
+    audit_read(
+        request,
+        principal,
+        "transcripts.list",
+        urlencode({name: value for name, value in query.items() if value is not None}),
     )
     return [
         {

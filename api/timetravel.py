@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import READERS, require
+from api.auth import READERS, audit_read, require
 from api.deps import get_and_head, get_archive, get_urls
 from api.models import (
     ERROR_RESPONSES,
@@ -92,6 +92,7 @@ async def timegate(
     accept = request.headers.get("accept-datetime")
     target = parse_rfc1123(accept) if accept is not None else None
     found = await run_in_threadpool(archive.timegate, principal.tenant, uri_r, target)
+    audit_read(request, principal, "timegate.read", uri_r)
     links = [
         link(uri_r, "original"),
         link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
@@ -137,6 +138,7 @@ async def timemap_link(
     uri_r, page, bounds = await _timemap_page(
         request, TIMEMAP_LINK_PREFIX, archive, principal.tenant
     )
+    audit_read(request, principal, "timemap.link", uri_r)
     items = page.mementos
     links: list[Link] = [
         link(uri_r, "original"),
@@ -194,6 +196,7 @@ async def timemap_json(
     uri_r, page, bounds = await _timemap_page(
         request, TIMEMAP_JSON_PREFIX, archive, principal.tenant
     )
+    audit_read(request, principal, "timemap.json", uri_r)
 
     def boundary(memento: Memento) -> TimeMapBoundary:
         return TimeMapBoundary(

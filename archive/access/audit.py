@@ -1,4 +1,10 @@
-"""The read audit: who resolved which memento or transcript, when. Auditors are audited too.
+"""The read audit: who read which evidence, when. Auditors and admins are audited.
+
+An audited read is every read, by an auditor or an admin, of anything derived from captured
+evidence or its metadata that the server answered: a URI-M, a memento's metadata, a TimeGate,
+a TimeMap, a transcript with its citations, a listing of transcripts, a citation's drift
+history, drift rates. :data:`READ_ACTIONS` names each kind of read and what its ``target``
+holds (an id, a URI-R, or the query of a listing; never captured text).
 
 Rows are append-only (database triggers refuse UPDATE and DELETE). Writes are buffered and
 flushed by a background thread in batches, so recording a read costs the request an append
@@ -25,6 +31,20 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_SECONDS = 0.5
 FLUSH_AT_ROWS = 500
 
+# action -> what the row's target names. A read recorded under any other action is refused,
+# so a new kind of read has to say here what it records.
+READ_ACTIONS: dict[str, str] = {
+    "memento.content": "memento id",
+    "memento.metadata": "memento id",
+    "timegate.read": "URI-R",
+    "timemap.link": "URI-R",
+    "timemap.json": "URI-R",
+    "transcript.read": "transcript id",
+    "transcripts.list": "the listing's query (needs_review, after, limit)",
+    "citation.drift": "citation id",
+    "drift.sources": "the window (window_days=N)",
+}
+
 
 @dataclass(frozen=True)
 class ReadRecord:
@@ -32,8 +52,8 @@ class ReadRecord:
     tenant: str
     key_id: str
     role: str
-    action: str  # e.g. "memento.content", "memento.metadata", "transcript.read"
-    target: str  # the id that was resolved
+    action: str  # one of READ_ACTIONS
+    target: str  # what was read, as READ_ACTIONS says for the action
     at: datetime
 
 
@@ -49,6 +69,8 @@ class ReadAudit:
         self._thread.start()
 
     def record(self, tenant: str, key_id: str, role: str, action: str, target: str) -> None:
+        if action not in READ_ACTIONS:
+            raise ValueError(f"unknown read audit action {action!r}")
         entry = ReadRecord(uuid.uuid4().hex, tenant, key_id, role, action, target, utc_now())
         with self._lock:
             self._pending.append(entry)

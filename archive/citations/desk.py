@@ -115,7 +115,10 @@ class CitationDesk:
         self.get_memento = get_memento
         self.read_content = read_content
         self.ledger = CitationLedger(index, blobs, transcripts, policy, initial_lock)
-        self._prepared_cache: OrderedDict[str, PreparedText] = OrderedDict()
+        # (tenant, document hash, extractor, extractor version, media type) -> prepared text
+        self._prepared_cache: OrderedDict[tuple[str, str, str, str, str], PreparedText] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     @property
@@ -219,11 +222,14 @@ class CitationDesk:
             )
         try:
             extracted = extract_text(
-                evidence.content, evidence.media_type, cache_key=evidence.document_hash
+                evidence.content,
+                evidence.media_type,
+                tenant=tenant,
+                cache_key=evidence.document_hash,
             )
         except AmberError as error:
             raise _Rejected("unreadable_document", error.message) from None
-        prepared = self._prepared(evidence.document_hash, evidence.media_type, extracted)
+        prepared = self._prepared(tenant, evidence.document_hash, evidence.media_type, extracted)
         try:
             match = locate(
                 prepared,
@@ -239,11 +245,19 @@ class CitationDesk:
         return PlannedCitation(number, request, evidence, extracted, match, passage.encode("utf-8"))
 
     def _prepared(
-        self, document_hash: str, media_type: str, extracted: ExtractedText
+        self, tenant: str, document_hash: str, media_type: str, extracted: ExtractedText
     ) -> PreparedText:
         # Ten citations of one page prepare its text once (an agent cites a page in bursts).
         # The media type is part of the key: its charset changes the text of the same bytes.
-        key = f"{document_hash}:{extracted.extractor}:{extracted.extractor_version}:{media_type}"
+        # So is the tenant: reusing another tenant's work would answer faster, and that
+        # difference would tell this tenant that another one cited the same bytes.
+        key = (
+            tenant,
+            document_hash,
+            extracted.extractor,
+            extracted.extractor_version,
+            media_type,
+        )
         with self._lock:
             found = self._prepared_cache.get(key)
             if found is not None:

@@ -19,8 +19,10 @@ extractor, and why the library versions are part of its version, is specified in
 ``docs/specs/extractors.md``.
 
 Extraction is deterministic (same bytes, media type and extractor version → same text) and
-cached: ``extract_text(..., cache_key=<content hash>)`` keeps the last few results, so ten
-citations of one page extract it once.
+cached: ``extract_text(..., tenant=…, cache_key=<content hash>)`` keeps the last few results,
+so ten citations of one page extract it once. The cache is per tenant: a result is reused only
+for the tenant whose request produced it, because a reused result answers in a fraction of the
+time, and that difference would tell one tenant that another holds the same bytes.
 """
 
 from __future__ import annotations
@@ -127,7 +129,10 @@ def _kind(essence: str) -> str | None:
 
 # -- cache --------------------------------------------------------------------------------
 
-_cache: OrderedDict[tuple[str, str], ExtractedText] = OrderedDict()
+# (tenant or None, content address, "kind;charset") -> result. The tenant is part of the key
+# so one tenant never benefits from (and so can never time) another tenant's extraction.
+_CacheKey = tuple[str | None, str, str]
+_cache: OrderedDict[_CacheKey, ExtractedText] = OrderedDict()
 _cache_chars = 0
 _cache_lock = threading.Lock()
 
@@ -139,7 +144,7 @@ def clear_cache() -> None:
         _cache_chars = 0
 
 
-def _cache_get(key: tuple[str, str]) -> ExtractedText | None:
+def _cache_get(key: _CacheKey) -> ExtractedText | None:
     with _cache_lock:
         found = _cache.get(key)
         if found is not None:
@@ -147,7 +152,7 @@ def _cache_get(key: tuple[str, str]) -> ExtractedText | None:
         return found
 
 
-def _cache_put(key: tuple[str, str], value: ExtractedText) -> None:
+def _cache_put(key: _CacheKey, value: ExtractedText) -> None:
     global _cache_chars
     size = len(value.text)
     if size > CACHE_MAX_CHARS // 4:
@@ -166,11 +171,19 @@ def _cache_put(key: tuple[str, str], value: ExtractedText) -> None:
 # -- entry point --------------------------------------------------------------------------
 
 
-def extract_text(content: bytes, media_type: str, *, cache_key: str | None = None) -> ExtractedText:
+def extract_text(
+    content: bytes,
+    media_type: str,
+    *,
+    tenant: str | None = None,
+    cache_key: str | None = None,
+) -> ExtractedText:
     """The visible text of ``content`` read as ``media_type`` (``docs/specs/extractors.md``).
 
-    ``cache_key`` must identify the bytes (their content address, ``blake3:…``); without it
-    the bytes are hashed to look the cache up. Raises :class:`InvalidContent` for media types
+    ``tenant`` is whose request this is: only that tenant's earlier extractions are reused
+    (work done for a tenant MUST name it; ``None`` is a scope of its own, shared only by
+    callers acting for no tenant). ``cache_key`` must identify the bytes (their content
+    address, ``blake3:…``); without it the bytes are hashed to look the cache up. Raises :class:`InvalidContent` for media types
     with no extractor, undecodable declared text and unreadable PDFs.
 
     The extractors (:func:`html_text`, :func:`pdf_text`, :func:`plain_text`) are looked up
@@ -183,7 +196,7 @@ def extract_text(content: bytes, media_type: str, *, cache_key: str | None = Non
     kind = _kind(essence)
     if kind is None:
         raise InvalidContent(f"cannot extract text from {essence or 'an empty media type'}")
-    key = (cache_key or content_address(content), f"{kind};{(charset or '').lower()}")
+    key = (tenant, cache_key or content_address(content), f"{kind};{(charset or '').lower()}")
     found = _cache_get(key)
     if found is not None:
         return found

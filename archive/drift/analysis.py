@@ -165,7 +165,9 @@ def _extract(live: Live, cited: DueCitation) -> None:
             return
         media_type = document.content_type or cited.document_media_type
         try:
-            live.extracted = extract_text(document.body, media_type, cache_key=live.live_hash)
+            live.extracted = extract_text(
+                document.body, media_type, tenant=cited.tenant, cache_key=live.live_hash
+            )
         except AmberError:
             return  # not text we can read: the rules see no live text
         live.prepared = prepare(live.extracted.text, pdf=live.extracted.extractor == PDF_EXTRACTOR)
