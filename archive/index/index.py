@@ -34,6 +34,7 @@ from archive.blobstore.base import StoredBlob
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.index.engines import (
     OpenWrite,
+    create_private_database,
     driver_url,
     lock_against_sweeps,
     sqlite_engine,
@@ -83,6 +84,7 @@ class Index:
             if ":memory:" in self.url or self.url in ("sqlite://", "sqlite:///"):
                 raise ConfigurationError("the SQLite index needs a file (sqlite:///path)")
             Path(sqlite_path_of(self.url)).parent.mkdir(parents=True, exist_ok=True)
+            create_private_database(sqlite_path_of(self.url))
             self._writer = sqlite_engine(self.url, durable=durable, immediate=True)
             self._reader = sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
