@@ -16,7 +16,7 @@ from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEM
 from archive.access.keys import Principal, Role
 from archive.archive import Archive
 from archive.dates import parse_rfc3339, to_rfc1123, to_rfc3339
-from archive.mementos import CaptureFacts, Memento, Scope
+from archive.mementos import CaptureFacts, Memento, Scope, served_media_type
 from archive.uri import to_ascii_uri
 from archive.writes import MementoRequest
 
@@ -46,7 +46,7 @@ def memento_json(memento: Memento, urls: Urls) -> dict[str, Any]:
         "memento_datetime": to_rfc3339(memento.captured_at),
         "archived_at": to_rfc3339(memento.archived_at),
         "content_hash": memento.content_hash,
-        "content_type": memento.media_type,
+        "content_type": served_media_type(memento.media_type),
         "size": memento.size,
         "scope": memento.scope.value,
         "capture": {
@@ -139,7 +139,8 @@ def memento_headers(memento: Memento, urls: Urls) -> tuple[tuple[bytes, bytes], 
     (Content-Length aside). Content-Type comes first: a 304 sends all the others."""
     when = to_rfc1123(memento.captured_at)
     return (
-        (b"content-type", memento.media_type.encode("latin-1")),
+        # Printable ASCII (served_media_type), whatever an older version stored.
+        (b"content-type", served_media_type(memento.media_type).encode("ascii")),
         (b"memento-datetime", when.encode("ascii")),
         (b"link", memento_link_header(memento, urls, when).encode("ascii")),
         (b"etag", etag_for(memento.content_hash).encode("ascii")),

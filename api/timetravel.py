@@ -25,7 +25,7 @@ from archive.archive import Archive, TimeMapPage
 from archive.dates import parse_rfc1123, to_rfc1123
 from archive.index import Neighbours
 from archive.links import Link, link, link_format, link_header
-from archive.mementos import Memento
+from archive.mementos import Memento, served_media_type
 
 router = APIRouter()
 readers = require(*READERS)
@@ -225,7 +225,7 @@ async def timemap_json(
                     id=m.id,
                     scope=m.scope.value,
                     content_hash=m.content_hash,
-                    content_type=m.media_type,
+                    content_type=served_media_type(m.media_type),
                 )
                 for m in page.mementos
             ],

@@ -21,10 +21,18 @@ from archive.exceptions import InvalidAddress, InvalidContent, InvalidDatetime
 
 ID_LENGTH = 32  # hex characters: 128 bits
 _ID = re.compile(rf"[0-9a-f]{{{ID_LENGTH}}}")
+# A media type goes out verbatim in the URI-M's Content-Type header, so it must be
+# header-safe: printable ASCII only. Whitespace between parameters is RFC 9110's OWS
+# (spaces and tabs), never ``\s``, which also takes CR, LF, VT, the ASCII separators and
+# Unicode spaces (U+0085, U+00A0, U+2028); a quoted value holds printable ASCII only.
 _MEDIA_TYPE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]{0,126}"
-    r"(\s*;\s*[A-Za-z0-9!#$&^_.+\-]+=(\"[^\"\\\x00-\x1f\x7f]*\"|[A-Za-z0-9!#$&^_.+\-]+))*"
+    r"([ \t]*;[ \t]*[A-Za-z0-9!#$&^_.+\-]+=(\"[\x20\x21\x23-\x5b\x5d-\x7e]*\"|[A-Za-z0-9!#$&^_.+\-]+))*"
 )
+MAX_MEDIA_TYPE = 255
+# What a URI-M is served as when its stored media type is not one check_media_type accepts
+# (stored by a version whose check was looser): bytes, never the raw value in a header.
+FALLBACK_MEDIA_TYPE = "application/octet-stream"
 # Response headers worth keeping as capture facts: they identify the representation and
 # make conditional re-fetches (drift) possible. Anything else is dropped, not stored.
 KEPT_HEADERS = frozenset(
@@ -121,10 +129,25 @@ def check_memento_id(value: str) -> str:
 
 
 def check_media_type(value: str) -> str:
-    """Refuse anything that is not a plain ``type/subtype; k=v`` (it is echoed in headers)."""
-    if not isinstance(value, str) or len(value) > 255 or not _MEDIA_TYPE.fullmatch(value.strip()):
-        raise InvalidContent("content_type must be a media type such as 'text/html; charset=utf-8'")
-    return value.strip()
+    """Refuse anything that is not a plain ``type/subtype; k=v`` in printable ASCII (it is
+    echoed in headers); spaces and tabs around it are dropped, nothing else is."""
+    stripped = value.strip(" \t") if isinstance(value, str) else ""
+    if len(stripped) > MAX_MEDIA_TYPE or not _MEDIA_TYPE.fullmatch(stripped):
+        raise InvalidContent(
+            "content_type must be a media type such as 'text/html; charset=utf-8', "
+            "in printable ASCII without control characters"
+        )
+    return stripped
+
+
+def served_media_type(stored: str) -> str:
+    """The media type to show for a stored one: itself when :func:`check_media_type` would
+    store it as it is, else :data:`FALLBACK_MEDIA_TYPE`. Older versions stored values with
+    control characters or non-ASCII spaces; those must never reach a header (or a client
+    that copies them into one)."""
+    if len(stored) <= MAX_MEDIA_TYPE and _MEDIA_TYPE.fullmatch(stored):
+        return stored
+    return FALLBACK_MEDIA_TYPE
 
 
 def check_tool(value: str | None) -> str | None:

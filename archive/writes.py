@@ -24,7 +24,7 @@ from archive.blobstore.base import StagedBlob, discard_on_failure
 from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import utc_now
-from archive.exceptions import Gone, IdempotencyConflict, PayloadTooLarge
+from archive.exceptions import AmberError, Gone, IdempotencyConflict, PayloadTooLarge
 from archive.index import DEFAULT_TENANT, Index, OpenWrite, StoredResponse, WriteOutcome
 from archive.mementos import (
     CaptureFacts,
@@ -229,18 +229,50 @@ class MementoWriter:
     def _insert_batch(
         self, connection: Connection, batch: Sequence[PendingWrite]
     ) -> list[WriteResult | BaseException]:
-        """The batch's rows, inside an open write; each write's result or error."""
-        contents = {p.memento.content_hash: p.content for p in batch}
-        outcomes = self.index.insert_mementos(
+        """The batch's rows, inside an open write; each write's result or error.
+
+        Idempotency keys are claimed before any row is inserted: a write whose key already
+        has an answer (committed by another transaction, or claimed by an earlier write of
+        this batch) inserts nothing. It is answered with that answer when it is the same
+        request, and refused (409) when it is another, so a refused request leaves no row;
+        its blob, published with the batch, is an orphan for ``amber gc``."""
+        keyed = [(i, p) for i, p in enumerate(batch) if p.idempotency_key is not None]
+        claimed = self.index.idempotency.claim(
             connection,
-            [p.memento for p in batch],
-            # A blob a retention sweep was deleting is stored again, under the write lock:
-            # rare, and one put.
-            revive=lambda address: self.blobs.put(
-                contents[address], retain_until=self.initial_lock(utc_now())
-            ),
+            [(p.memento.tenant, p.idempotency_key or "", _first_answer(p)) for _, p in keyed],
+            utc_now(),
         )
-        return [self._settle(connection, p, o) for p, o in zip(batch, outcomes, strict=True)]
+        answered = {i: a for (i, _), a in zip(keyed, claimed, strict=True) if a is not None}
+        writing = [p for i, p in enumerate(batch) if i not in answered]
+        contents = {p.memento.content_hash: p.content for p in writing}
+        outcomes = iter(
+            self.index.insert_mementos(
+                connection,
+                [p.memento for p in writing],
+                # A blob a retention sweep was deleting is stored again, under the write
+                # lock: rare, and one put.
+                revive=lambda address: self.blobs.put(
+                    contents[address], retain_until=self.initial_lock(utc_now())
+                ),
+            )
+        )
+        results: list[WriteResult | BaseException | None] = [
+            None if i in answered else self._settle(connection, p, next(outcomes))
+            for i, p in enumerate(batch)
+        ]
+        # The result of each key's owner in this batch, for the same request made again in it.
+        owners = {
+            (p.memento.tenant, p.idempotency_key or ""): result
+            for p, result in zip(batch, results, strict=True)
+            if result is not None and p.idempotency_key is not None
+        }
+        for i, answer in answered.items():
+            pending = batch[i]
+            owner = owners.get((pending.memento.tenant, pending.idempotency_key or ""))
+            results[i] = self._answer_again(pending, answer, owner)
+        done = [result for result in results if result is not None]
+        assert len(done) == len(batch), "every write of the batch is answered"
+        return done
 
     async def _commit_batch_async(
         self, batch: Sequence[PendingWrite]
@@ -277,40 +309,64 @@ class MementoWriter:
     def _settle(
         self, connection: Connection, pending: PendingWrite, outcome: WriteOutcome
     ) -> WriteResult | BaseException:
-        if outcome.memento.deleted_at is not None:
-            return Gone(
-                "this capture was stored before and has been deleted; URI-Ms are never reused",
-                memento_id=outcome.memento.id,
-            )
-        if not outcome.memento.same_capture_as(pending.memento):
-            return IdempotencyConflict(
-                "a memento of this URI-R with the same datetime and content already exists "
-                "with different capture facts; mementos are never edited",
-                memento_id=outcome.memento.id,
-            )
-        result = WriteResult(outcome.memento, outcome.created)
-        if pending.idempotency_key is None:
-            return result
-        first = self.index.remember_response(
-            connection,
-            outcome.memento.tenant,
-            pending.idempotency_key,
-            StoredResponse(
-                request_hash=pending.request_hash or "",
-                status_code=201 if outcome.created else 200,
-                body={"memento_id": outcome.memento.id},
-            ),
-            utc_now(),
-        )
-        if first.request_hash != (pending.request_hash or ""):
+        """The result of a write whose rows were inserted (or found), its key claimed."""
+        refusal = _refusal(pending, outcome)
+        key = pending.idempotency_key
+        if refusal is not None:
+            if key is not None:  # a refusal is not an answer to replay: a retry is checked anew
+                self.index.idempotency.release(connection, pending.memento.tenant, key)
+            return refusal
+        if key is not None and not outcome.created:  # claimed as a 201; the memento was there
+            self.index.idempotency.settle(connection, pending.memento.tenant, key, 200)
+        return WriteResult(outcome.memento, outcome.created)
+
+    def _answer_again(
+        self,
+        pending: PendingWrite,
+        answer: StoredResponse,
+        owner: WriteResult | BaseException | None,
+    ) -> WriteResult | BaseException:
+        """The result of a write whose key was answered first by another request: ``owner``
+        is that request's result when it is in this batch."""
+        if answer.request_hash != (pending.request_hash or ""):
             return IdempotencyConflict(
                 "this Idempotency-Key was already used for a different request"
             )
-        return WriteResult(outcome.memento, first.status_code == 201)
+        if owner is not None:
+            return owner  # the same request twice in one batch: one answer
+        try:
+            return self._replay(pending.memento.tenant, answer)
+        except AmberError as error:
+            return error
 
     def _replay(self, tenant: str, stored: StoredResponse) -> WriteResult:
         memento = self._get_memento(tenant, str(stored.body["memento_id"]))
         return WriteResult(memento, stored.status_code == 201)
+
+
+def _first_answer(pending: PendingWrite) -> StoredResponse:
+    """What a write claims as its key's answer: created, this memento."""
+    return StoredResponse(
+        request_hash=pending.request_hash or "",
+        status_code=201,
+        body={"memento_id": pending.memento.id},
+    )
+
+
+def _refusal(pending: PendingWrite, outcome: WriteOutcome) -> BaseException | None:
+    """Why a write's memento id, as found in the index, refuses it; None if it does not."""
+    if outcome.memento.deleted_at is not None:
+        return Gone(
+            "this capture was stored before and has been deleted; URI-Ms are never reused",
+            memento_id=outcome.memento.id,
+        )
+    if not outcome.memento.same_capture_as(pending.memento):
+        return IdempotencyConflict(
+            "a memento of this URI-R with the same datetime and content already exists "
+            "with different capture facts; mementos are never edited",
+            memento_id=outcome.memento.id,
+        )
+    return None
 
 
 def _end_unused_write(step: Future[Any]) -> None:

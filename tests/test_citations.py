@@ -194,6 +194,20 @@ def test_repeated_quote_is_disambiguated_by_context(client: Any, transcript: str
             {"source": source(captured_at="2999-01-01T00:00:00Z"), "quote": {"exact": "sixteen"}},
             "invalid_source",
         ),
+        (
+            {
+                "source": source(content_type="text/html\r\n;charset=utf-8"),
+                "quote": {"exact": "sixteen"},
+            },
+            "invalid_source",
+        ),
+        (
+            {
+                "source": source(content_type="text/html;\xa0charset=utf-8"),
+                "quote": {"exact": "sixteen"},
+            },
+            "invalid_source",
+        ),
     ],
 )
 def test_invalid_citations_fail_closed(

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from live_server import env_for
-from sqlalchemy import text
+from sqlalchemy import select, text
 from test_text import make_pdf
 
 from api.cli import main
@@ -32,6 +32,7 @@ from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.drift import VERDICTS, CheckRecord
+from archive.index.schema import mementos
 
 # Generous enough that a loaded CI machine (SeaweedFS and PostgreSQL beside the tests) never
 # times out an answering origin -- at 0.5 s one did, once, and turned "identical" into
@@ -889,6 +890,31 @@ def test_keep_document_archives_the_live_page(client: Any, settings: Settings, w
         whole = opened.get_memento("default", check.live_document_memento_id)
         assert opened.read_content(whole) == changed
         assert whole.scope.value == "document" and whole.facts.tool == "drift"
+    finally:
+        opened.close()
+
+
+def test_keep_document_refuses_a_live_media_type_unsafe_in_headers(
+    client: Any, settings: Settings, web: Web
+) -> None:
+    """A live page whose Content-Type holds a non-ASCII space is checked (its passage is
+    archived) but not kept whole: that media type would go out raw at the URI-M."""
+    keeping = settings.with_overrides(
+        extra={**settings.extra, "citations": {"keep_document": True}}
+    )
+    opened = Archive.open(keeping)
+    try:
+        cite(client, "t-keep", web.base + "/docs/keep", ORIGINAL, LEAVE)
+        changed = _swap(
+            ORIGINAL, LEAVE, "Employees are entitled to twelve weeks of paid parental leave."
+        )
+        web.routes["/docs/keep"] = Reply(body=changed, content_type="text/html;\xa0charset=utf-8")
+        [check] = opened.drift.run()
+        assert check.verdict == "reversal" and check.new_passage_memento_id is not None
+        assert check.live_document_memento_id is None
+        with opened.index.read() as connection:
+            stored = connection.execute(select(mementos.c.media_type)).scalars().all()
+        assert stored and all(t.isascii() and t.isprintable() for t in stored)
     finally:
         opened.close()
 

@@ -99,6 +99,61 @@ def test_the_signal_file_takes_the_databases_mode(tmp_path: Path) -> None:
     signal.close()
 
 
+@pytest.fixture()
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which files are created readable by every user."""
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_a_new_index_and_every_file_beside_it_are_private(tmp_path: Path, umask_022: None) -> None:
+    """The index holds quotes, labels and key digests: a new one, its -wal and -shm files
+    and its change signals are readable by their owner only, like the blobs."""
+    settings = Settings(data_dir=tmp_path / "amber-data")
+    archive = Archive.open(settings)
+    try:
+        archive.write_memento(
+            MementoRequest(uri_r="https://ex.org/a", content=b"quote", content_type="text/plain")
+        )
+        archive.keys.revoke(archive.keys.create("default", Role.AGENT).info.key_id)
+        files = {
+            path.name: path.stat().st_mode & 0o777
+            for path in settings.data_dir.iterdir()
+            if path.name.startswith("amber.sqlite3")
+        }
+    finally:
+        archive.close()
+    assert files == dict.fromkeys(
+        [
+            "amber.sqlite3",
+            "amber.sqlite3-wal",
+            "amber.sqlite3-shm",
+            "amber.sqlite3.deletions",
+            "amber.sqlite3.revocations",
+        ],
+        0o600,
+    )
+
+
+def test_an_existing_index_keeps_its_mode_and_a_world_readable_one_is_reported(
+    tmp_path: Path, umask_022: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    data_dir = tmp_path / "amber-data"
+    Archive.open(Settings(data_dir=data_dir)).close()
+    database = data_dir / "amber.sqlite3"
+    database.chmod(0o640)  # an operator's choice: a backup group may read it
+    Archive.open(Settings(data_dir=data_dir)).close()
+    assert database.stat().st_mode & 0o777 == 0o640
+    assert "readable by every user" not in caplog.text
+    database.chmod(0o644)  # as an older version created it
+    Archive.open(Settings(data_dir=data_dir)).close()
+    assert database.stat().st_mode & 0o777 == 0o644
+    assert "readable by every user" in caplog.text and "chmod 600" in caplog.text
+
+
 def test_a_process_that_cannot_open_the_signal_checks_every_key_and_cannot_revoke(
     tmp_path: Path, monkeypatch: Any
 ) -> None:

@@ -10,10 +10,15 @@ deletions take alone.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
+
+log = logging.getLogger(__name__)
 
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
@@ -57,6 +62,29 @@ def driver_url(url: str) -> str:
 
 def sqlite_path_of(url: str) -> str:
     return url.split("///", 1)[1].split("?", 1)[0]
+
+
+def create_private_database(path: str) -> None:
+    """Create the SQLite database file, empty, readable and writable by its owner only, when
+    it does not exist yet: it holds quotes, labels and key digests. SQLite gives the
+    ``-wal``, ``-shm`` and ``-journal`` files it makes beside it the database file's mode,
+    and the change signals take it too, so they are private as well.
+
+    An existing file keeps its mode (an operator may have chosen one, say for a backup
+    group); a world-readable one is reported once, so it can be tightened by hand."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        mode = os.stat(path).st_mode
+        if mode & stat.S_IROTH:
+            log.warning(
+                "the index %s is readable by every user of this machine (mode %03o); "
+                "'chmod 600' it (and its -wal and -shm files) unless that is intended",
+                path,
+                stat.S_IMODE(mode),
+            )
+        return
+    os.close(descriptor)  # an empty file is an empty SQLite database
 
 
 def sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:

@@ -34,11 +34,13 @@ from archive.blobstore.base import StoredBlob
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.index.engines import (
     OpenWrite,
+    create_private_database,
     driver_url,
     lock_against_sweeps,
     sqlite_engine,
     sqlite_path_of,
 )
+from archive.index.idempotency import IdempotencyKeys
 from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
 from archive.index.navigation import Neighbours, TimeTravel
@@ -83,6 +85,7 @@ class Index:
             if ":memory:" in self.url or self.url in ("sqlite://", "sqlite:///"):
                 raise ConfigurationError("the SQLite index needs a file (sqlite:///path)")
             Path(sqlite_path_of(self.url)).parent.mkdir(parents=True, exist_ok=True)
+            create_private_database(sqlite_path_of(self.url))
             self._writer = sqlite_engine(self.url, durable=durable, immediate=True)
             self._reader = sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
@@ -94,6 +97,7 @@ class Index:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
         self.inserts = RowInserter(self._writer, self.dialect)
+        self.idempotency = IdempotencyKeys(self.inserts, self.dialect)
         self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
             self._reader, sqlite_path_of(self.url) if self.dialect == "sqlite" else None
@@ -343,24 +347,8 @@ class Index:
         now: datetime,
     ) -> StoredResponse:
         """Record the first answer for ``key``; if one exists already, return that one."""
-        self.insert_ignoring(
-            connection,
-            idempotency_keys,
-            [
-                {
-                    "tenant": tenant,
-                    "key": key,
-                    "request_hash": response.request_hash,
-                    "status_code": response.status_code,
-                    "response_json": json.dumps(response.body, separators=(",", ":")),
-                    "created_at": now,
-                }
-            ],
-            conflict=["tenant", "key"],
-        )
-        stored = self._stored_response(connection, tenant, key)
-        assert stored is not None  # inserted or already there, inside this transaction
-        return stored
+        [recorded] = self.idempotency.claim(connection, [(tenant, key, response)], now)
+        return response if recorded is None else recorded
 
     def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
         self.inserts.ensure_tenants(connection, names)
@@ -455,13 +443,3 @@ class Index:
 
     def _load(self, connection: Connection, where: ColumnElement[bool]) -> list[Memento]:
         return [memento_from(row) for row in connection.execute(select(mementos).where(where))]
-
-    def _stored_response(
-        self, connection: Connection, tenant: str, key: str
-    ) -> StoredResponse | None:
-        row = connection.execute(
-            select(idempotency_keys).where(
-                idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key
-            )
-        ).first()
-        return None if row is None else stored_response_from(row)
