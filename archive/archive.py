@@ -135,10 +135,6 @@ class Archive:
             request, tenant=tenant, idempotency_key=idempotency_key, request_hash=request_hash
         )
 
-    def initial_lock(self, archived_at: datetime) -> datetime | None:
-        """The storage-level lock date of a blob first stored at ``archived_at``."""
-        return self.writes.initial_lock(archived_at)
-
     def write_commits(self) -> CommitCounts:
         """Memento write batches committed (or tried) by this process, and the writes in them."""
         return self.writes.commits()

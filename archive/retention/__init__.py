@@ -16,7 +16,7 @@ beside it hold one part each.
 
 from archive.retention.evaluation import REACHERS, Reacher
 from archive.retention.hooks import RetentionHooks
-from archive.retention.lockdates import ceil_to_day, first_lock, lock_mode_of
+from archive.retention.lockdates import ceil_to_day, first_lock
 from archive.retention.records import SweepReport, Verdict
 from archive.retention.service import Retention
 
@@ -29,5 +29,4 @@ __all__ = [
     "Verdict",
     "ceil_to_day",
     "first_lock",
-    "lock_mode_of",
 ]

@@ -22,7 +22,6 @@ from archive.index import Index
 from archive.index.schema import admin_log, mementos, transcripts
 from archive.retention.deletion import Deleter
 from archive.retention.evaluation import Evaluator
-from archive.retention.lockdates import lock_mode_of
 from archive.retention.records import SweepReport
 
 MAX_REASON = 2000
@@ -174,7 +173,7 @@ class RetentionAdmin:
                 raise RetentionConflict(
                     "a transcript citing this memento is under legal hold; release it first"
                 )
-            if lock_mode_of(self.store) == "COMPLIANCE":
+            if self.store.lock_mode == "COMPLIANCE":
                 raise RetentionConflict(
                     "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
                     "delete it before its retain-until date, so erasure is impossible until then"

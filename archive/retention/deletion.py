@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 
 from sqlalchemy import Connection, Select, bindparam, exists, select, update
@@ -173,7 +172,7 @@ class Deleter:
         # The store makes the whole batch's deletions durable when the block ends (raise or
         # not); the blobs are marked deleted only after that, so a crash before leaves them
         # ``deleting`` and the next sweep deletes them again.
-        with self._batched_deletes():
+        with self.store.batched_deletes():
             for address in sorted(versions):
                 known: list[str | None] = [*sorted(v for v in versions[address] if v is not None)]
                 try:
@@ -195,6 +194,3 @@ class Deleter:
         )
         report.blobs_deleted += len(deleted)
         report.bytes_deleted += sum(int(dying[address].size) for address in deleted)
-
-    def _batched_deletes(self) -> AbstractContextManager[None]:
-        return self.store.batched_deletes()

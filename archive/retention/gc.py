@@ -47,7 +47,7 @@ class GarbageCollector:
                 ).first()
             if known is not None and known.state == "live":
                 continue
-            stored_at = self._stored_at(address)
+            stored_at = self.store.stored_at(address)
             if stored_at is None or now - stored_at < safety_age:
                 continue
             if known is None or known.state != "live":
@@ -73,9 +73,6 @@ class GarbageCollector:
             for path in stale:
                 self.store.remove_temp_file(path)
         return stale
-
-    def _stored_at(self, address: str) -> datetime | None:
-        return self.store.stored_at(address)
 
     def _delete_orphan(self, address: str) -> None:
         with self.index.write(exclusive=True) as connection:  # no write commits meanwhile

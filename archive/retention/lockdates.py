@@ -33,11 +33,6 @@ def first_lock(store: BlobStore, grace: timedelta, archived_at: datetime) -> dat
     return ceil_to_day(archived_at + grace)
 
 
-def lock_mode_of(store: BlobStore) -> str | None:
-    """The store's storage-level lock mode; None when it sets no lock."""
-    return store.lock_mode
-
-
 class LockDates:
     """Writes Amber's expiries and holds onto the store's storage-level locks."""
 

@@ -46,16 +46,15 @@ class Retention:
         policy: CitationPolicy,
         hooks: RetentionHooks | None = None,
     ) -> None:
-        store = blobs
         self.index = index
         self.hooks = hooks if hooks is not None else RetentionHooks()
         self.grace = timedelta(days=policy.retention_days)
         self.evaluator = Evaluator(index.dialect, self.grace, self.hooks)
-        self.deleter = Deleter(index, store, self.evaluator)
-        self.locks = LockDates(index, store)
-        self.sweeper = Sweeper(index, store, self.evaluator, self.deleter, self.locks, self.hooks)
-        self.gc = GarbageCollector(index, store)
-        self.admin = RetentionAdmin(index, store, policy, self.evaluator, self.deleter)
+        self.deleter = Deleter(index, blobs, self.evaluator)
+        self.locks = LockDates(index, blobs)
+        self.sweeper = Sweeper(index, blobs, self.evaluator, self.deleter, self.locks, self.hooks)
+        self.gc = GarbageCollector(index, blobs)
+        self.admin = RetentionAdmin(index, blobs, policy, self.evaluator, self.deleter)
 
     # -- the sweep and the store's locks --------------------------------------------------
 

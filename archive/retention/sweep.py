@@ -23,7 +23,7 @@ from archive.index.schema import mementos
 from archive.retention.deletion import Deleter
 from archive.retention.evaluation import Evaluator
 from archive.retention.hooks import RetentionHooks
-from archive.retention.lockdates import LockDates, lock_mode_of
+from archive.retention.lockdates import LockDates
 from archive.retention.records import SweepReport
 
 # SQLite reads the index through mmap while a sweep runs (SQLite caps it at its build's
@@ -72,7 +72,7 @@ class Sweeper:
                     progress(report)
             if not dry_run:
                 self.deleter.delete_dying_blobs(report)
-        if not dry_run and lock_mode_of(self.store):
+        if not dry_run and self.store.lock_mode:
             self.locks.sync_locks()
         report.next_expiry = self._next_expiry(now)
         return report
