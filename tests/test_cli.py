@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from live_server import (
 )
 
 from api.cli import main
+from archive.archive import Archive
+from archive.config import Settings
 from archive.hashing import content_address
 
 PUBLIC_BASE = "http://amber.test"
@@ -216,6 +219,32 @@ def test_verify_on_an_empty_archive_passes(data_dir: Path) -> None:
     done = amber("verify", data_dir=data_dir)
     assert done.returncode == 0, text(done)
     assert "0 mementos checked, 0 failed" in done.stdout.decode()
+
+
+def test_verify_skips_mementos_deleted_on_purpose(origin: str, data_dir: Path) -> None:
+    """An expired memento's bytes are gone because retention deleted them: that is the
+    promise kept, so ``verify`` must not report it as damage (it used to exit 1 after any
+    sweep). A live memento captured afterwards is still checked."""
+    expired_id = capture(f"{origin}/old", data_dir)
+    archive = Archive.open(Settings(data_dir=data_dir))
+    try:
+        expired = archive.get_memento("default", expired_id)
+        report = archive.retention.sweep(now=expired.archived_at + timedelta(days=365))
+        assert report.mementos_deleted == 1 and report.blobs_deleted == 1
+    finally:
+        archive.close()
+    assert not blob_path(data_dir, content_address(BODY)).exists()
+
+    live_id = capture(f"{origin}/new", data_dir)
+    done = amber("verify", data_dir=data_dir)
+    assert done.returncode == 0, text(done)
+    assert "1 mementos checked, 0 failed" in done.stdout.decode()
+
+    blob_path(data_dir, content_address(BODY)).unlink()
+    damaged = amber("verify", data_dir=data_dir)
+    assert damaged.returncode == 1, text(damaged)
+    assert live_id in damaged.stderr.decode()
+    assert expired_id not in damaged.stderr.decode()
 
 
 # -- help -------------------------------------------------------------------------------------

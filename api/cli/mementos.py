@@ -106,7 +106,9 @@ def show(memento_id: str, tenant: str, content: bool) -> None:
 
 @click.command()
 def verify() -> None:
-    """Re-hash every memento's blob; exit 1 if any is missing or corrupt.
+    """Re-hash every live memento's blob; exit 1 if any is missing or corrupt.
+
+    Deleted mementos (expired or erased) are not checked: their bytes are gone on purpose.
 
     Example: amber verify
     """

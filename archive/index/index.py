@@ -404,10 +404,16 @@ class Index:
         return self.time_travel.count_mementos(tenant, urir_key)
 
     def all_memento_blobs(self) -> list[tuple[str, str, str | None]]:
-        """(memento id, content hash, version id) for every memento: for integrity checks."""
+        """(memento id, content hash, version id) for every live memento: for integrity checks.
+
+        Tombstoned mementos are left out: their bytes were deleted on purpose (expiry or
+        erasure), so a missing blob there is the promise kept, not damage.
+        """
         with self.read() as connection:
             rows = connection.execute(
-                select(mementos.c.id, mementos.c.content_hash, mementos.c.blob_version_id)
+                select(mementos.c.id, mementos.c.content_hash, mementos.c.blob_version_id).where(
+                    mementos.c.deleted_at.is_(None)
+                )
             )
             return [(r.id, r.content_hash, r.blob_version_id) for r in rows]
 
