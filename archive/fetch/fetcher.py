@@ -23,26 +23,14 @@ from archive.config import Settings
 from archive.exceptions import FetchError, FetchRefused, FetchTooLarge, InvalidURI
 from archive.fetch.policy import parse_ip
 from archive.fetch.transport import guarded_async_client, guarded_client, require_guarded
+from archive.mementos import KEPT_HEADERS as MEMENTO_HEADERS
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
-# Response headers that are facts about the captured representation. Everything else
-# (Set-Cookie above all: personal data) is dropped.
-KEPT_HEADERS = (
-    "content-type",
-    "content-language",
-    "content-location",
-    "content-disposition",
-    "etag",
-    "last-modified",
-    "date",
-    "expires",
-    "age",
-    "cache-control",
-    "link",
-    "memento-datetime",
-    "x-robots-tag",
-)
+# The response headers a memento keeps as facts about its representation: one list, in
+# archive.mementos (Set-Cookie above all is dropped: personal data). Content-Length is left
+# out because httpx undoes Content-Encoding, so the origin's length describes other bytes.
+KEPT_HEADERS = tuple(sorted(MEMENTO_HEADERS - {"content-length"}))
 
 # Request headers that must not follow a redirect to another origin.
 _CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
