@@ -96,6 +96,7 @@ class Archive:
                 settings.resolved_database_url,
                 durable=settings.durable,
                 grace=timedelta(days=settings.citations.retention_days),
+                idempotency_ttl=timedelta(hours=settings.idempotency_ttl_hours),
             ),
         )
 

@@ -150,6 +150,7 @@ class Settings:
     fetch_max_bytes: int = 20 * 1024 * 1024
     fetch_max_redirects: int = 10
     user_agent: str = "Amber/0.1 (+citation archive; Memento RFC 7089)"
+    # How long an Idempotency-Key's first answer is replayed; then the key is free again.
     idempotency_ttl_hours: int = 24
     key_secret: str | None = None  # HMAC key for API keys; default: <data_dir>/key-secret
     rate_limit_per_second: float = 100.0  # per API key; 0 turns the limit off
@@ -191,6 +192,8 @@ class Settings:
         DriftPolicy.from_section(self.extra.get("drift", {}))
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
+        if self.idempotency_ttl_hours < 1:
+            raise ConfigurationError("AMBER_IDEMPOTENCY_TTL_HOURS must be 1 or more")
         if self.uri_m_cache_mb < 0:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
 

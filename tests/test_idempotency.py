@@ -13,12 +13,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
 from archive import writes
 from archive.archive import Archive
 from archive.config import Settings
-from archive.exceptions import IdempotencyConflict, MementoNotFound
+from archive.exceptions import ConfigurationError, IdempotencyConflict, MementoNotFound
 from archive.hashing import content_address
+from archive.index.schema import idempotency_keys
 from archive.mementos import memento_id
 from archive.writes import MementoRequest, WriteResult
 
@@ -232,3 +234,47 @@ def test_racing_requests_over_http(client: Any) -> None:
         [won] = [a.json() for a in answers.values() if a.status_code == 201]
         timemap = client.get(f"/timemap/json/{uri_r}").json()
         assert [m["id"] for m in timemap["mementos"]["list"]] == [won["id"]]
+
+
+def _age_answers(archive: Archive, hours: float) -> None:
+    """Move every recorded answer ``hours`` into the past."""
+    with archive.index.write() as connection:
+        connection.execute(
+            update(idempotency_keys).values(created_at=datetime.now(UTC) - timedelta(hours=hours))
+        )
+
+
+def test_an_answer_is_replayed_until_its_ttl_then_the_key_is_free(archive: Archive) -> None:
+    """AMBER_IDEMPOTENCY_TTL_HOURS (default 24): within it a reused key is replayed or
+    refused; after it the key is free, and the next write with it is stored and answered."""
+    first = archive.write_memento(request("a"), idempotency_key="k", request_hash="a")
+    assert first.created
+    _age_answers(archive, 23)
+    with pytest.raises(IdempotencyConflict):
+        archive.write_memento(request("b"), idempotency_key="k", request_hash="b")
+    assert listed(archive) == {first.memento.id}
+
+    _age_answers(archive, 25)
+    assert archive.index.stored_response("default", "k") is None
+    second = archive.write_memento(request("b"), idempotency_key="k", request_hash="b")
+    assert second.created and second.memento.id == would_be_id(archive, "b")
+    assert listed(archive) == {first.memento.id, second.memento.id}
+    assert archive.index.stored_response("default", "k").request_hash == "b"  # type: ignore[union-attr]
+    # The new answer is fresh: the same key with yet another body is refused again.
+    with pytest.raises(IdempotencyConflict):
+        archive.write_memento(request("c"), idempotency_key="k", request_hash="c")
+
+
+def test_expired_answers_are_forgotten(archive: Archive) -> None:
+    archive.write_memento(request("a"), idempotency_key="old", request_hash="a")
+    _age_answers(archive, 25)
+    archive.write_memento(request("b"), idempotency_key="new", request_hash="b")
+    with archive.index.write() as connection:
+        assert archive.index.idempotency.forget(connection, datetime.now(UTC)) == 1
+        left = connection.execute(select(idempotency_keys.c.key)).scalars().all()
+    assert left == ["new"]
+
+
+def test_the_ttl_must_be_positive() -> None:
+    with pytest.raises(ConfigurationError, match="AMBER_IDEMPOTENCY_TTL_HOURS"):
+        Settings(idempotency_ttl_hours=0)

@@ -8,13 +8,19 @@ recorded answer instead and writes nothing: it is a replay of that answer (same 
 body) or refused (another body). On SQLite the write lock makes the claim exact; on
 PostgreSQL a claim that meets another transaction's uncommitted one waits for that
 transaction to end, then sees its answer, or (rolled back) inserts its own.
+
+An answer is replayed for ``ttl`` (``AMBER_IDEMPOTENCY_TTL_HOURS``) after it was recorded,
+as payment APIs do: after that the key is free again, and the next write with it takes the
+row over with a conditional ``UPDATE`` (on PostgreSQL two takers of one expired key are
+serialised by the row lock, and the loser sees the winner's fresh answer). ``forget``
+removes expired answers for good (``amber gc``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, select, update
 
@@ -27,9 +33,10 @@ from archive.index.schema import idempotency_keys
 class IdempotencyKeys:
     """Claims, settles and releases first answers, inside a write transaction."""
 
-    def __init__(self, inserts: RowInserter, dialect: str) -> None:
+    def __init__(self, inserts: RowInserter, dialect: str, ttl: timedelta) -> None:
         self._inserts = inserts
         self._dialect = dialect
+        self.ttl = ttl
 
     def claim(
         self,
@@ -74,13 +81,13 @@ class IdempotencyKeys:
         """Insert the answers whose key is free; the answers recorded before, by key."""
         if self._dialect == "sqlite":
             # Under SQLite's write lock nobody else claims meanwhile: read, then insert.
-            recorded = self._recorded(connection, tenant, list(answers))
+            recorded, _ = self._recorded(connection, tenant, list(answers), now, answers)
             self._insert(connection, tenant, answers, now, skip=recorded)
             return recorded
         inserted = self._insert(connection, tenant, answers, now, skip={})
         taken = [key for key in answers if key not in inserted]
-        recorded = self._recorded(connection, tenant, taken)
-        if len(recorded) != len(taken):
+        recorded, taken_over = self._recorded(connection, tenant, taken, now, answers)
+        if len(recorded) + taken_over != len(taken):
             # The claim that blocked ours was released as its transaction committed: rare;
             # the batch is retried (write by write), and then the key is free.
             raise StorageError("an idempotency key changed hands meanwhile; retry the write")
@@ -114,16 +121,68 @@ class IdempotencyKeys:
         )
 
     def _recorded(
-        self, connection: Connection, tenant: str, keys: list[str]
-    ) -> dict[str, StoredResponse]:
+        self,
+        connection: Connection,
+        tenant: str,
+        keys: list[str],
+        now: datetime,
+        answers: dict[str, StoredResponse],
+    ) -> tuple[dict[str, StoredResponse], int]:
+        """The live answers recorded for ``keys``, and how many expired ones were taken over
+        for our answer in ``answers`` (those keys are ours, and not in the result)."""
         if not keys:
-            return {}
+            return {}, 0
         rows = connection.execute(
             select(idempotency_keys).where(
                 idempotency_keys.c.tenant == tenant, idempotency_keys.c.key.in_(keys)
             )
         )
-        return {row.key: stored_response_from(row) for row in rows}
+        cutoff = now - self.ttl
+        recorded: dict[str, StoredResponse] = {}
+        taken_over = 0
+        for row in rows:
+            if row.created_at < cutoff:
+                self._take_over(connection, tenant, row.key, answers[row.key], now, cutoff)
+                taken_over += 1
+            else:
+                recorded[row.key] = stored_response_from(row)
+        return recorded, taken_over
+
+    def _take_over(
+        self,
+        connection: Connection,
+        tenant: str,
+        key: str,
+        answer: StoredResponse,
+        now: datetime,
+        cutoff: datetime,
+    ) -> None:
+        """Replace an expired answer with ours. If another claim took it over first (its
+        transaction held the row until it committed), the write is retried and then meets
+        that fresh answer."""
+        taken = connection.execute(
+            update(idempotency_keys)
+            .where(
+                idempotency_keys.c.tenant == tenant,
+                idempotency_keys.c.key == key,
+                idempotency_keys.c.created_at < cutoff,
+            )
+            .values(
+                request_hash=answer.request_hash,
+                status_code=answer.status_code,
+                response_json=json.dumps(answer.body, separators=(",", ":")),
+                created_at=now,
+            )
+        )
+        if taken.rowcount != 1:
+            raise StorageError("an idempotency key changed hands meanwhile; retry the write")
+
+    def forget(self, connection: Connection, now: datetime) -> int:
+        """Delete every answer older than the TTL; how many went."""
+        gone = connection.execute(
+            delete(idempotency_keys).where(idempotency_keys.c.created_at < now - self.ttl)
+        )
+        return int(gone.rowcount)
 
     def settle(self, connection: Connection, tenant: str, key: str, status_code: int) -> None:
         """Change the status of an answer this transaction claimed (say, 200: the memento

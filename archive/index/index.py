@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from archive.blobstore.base import StoredBlob
+from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.index.engines import (
     OpenWrite,
@@ -76,7 +77,12 @@ _EXTEND_EACH = (
 
 class Index:
     def __init__(
-        self, url: str, *, durable: bool = True, grace: timedelta = timedelta(days=14)
+        self,
+        url: str,
+        *,
+        durable: bool = True,
+        grace: timedelta = timedelta(days=14),
+        idempotency_ttl: timedelta = timedelta(hours=24),
     ) -> None:
         self.url = driver_url(url)
         self.grace = grace  # expiry of a memento nobody cites: archived_at + grace
@@ -97,7 +103,7 @@ class Index:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
         self.inserts = RowInserter(self._writer, self.dialect)
-        self.idempotency = IdempotencyKeys(self.inserts, self.dialect)
+        self.idempotency = IdempotencyKeys(self.inserts, self.dialect, idempotency_ttl)
         self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
             self._reader, sqlite_path_of(self.url) if self.dialect == "sqlite" else None
@@ -380,8 +386,12 @@ class Index:
         return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
+        """The first answer recorded for ``key``, unless it is older than the TTL (the key
+        is then free again: see :mod:`archive.index.idempotency`)."""
         row = self.lookups.first(self._response_by_key, tenant=tenant, key=key)
-        return None if row is None else stored_response_from(row)
+        if row is None or row.created_at < utc_now() - self.idempotency.ttl:
+            return None
+        return stored_response_from(row)
 
     def check_idempotency(self, tenant: str, key: str, request_hash: str) -> StoredResponse | None:
         stored = self.stored_response(tenant, key)
