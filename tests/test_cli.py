@@ -34,6 +34,7 @@ from live_server import (
 from api.cli import main
 from archive.archive import Archive
 from archive.config import Settings
+from archive.dates import utc_now
 from archive.hashing import content_address
 
 PUBLIC_BASE = "http://amber.test"
@@ -423,3 +424,44 @@ def test_gc_collects_leftover_temp_files_and_says_so(tmp_path: Path) -> None:
     done = CliRunner().invoke(main, ["gc"], env=env)
     assert done.exit_code == 0, done.output
     assert "1 leftover temp file(s) deleted" in done.output and not os.path.exists(leftover)
+
+
+def test_gc_forgets_idempotency_answers_past_their_ttl(tmp_path: Path) -> None:
+    from sqlalchemy import select, update
+
+    from archive.index.schema import idempotency_keys
+    from archive.writes import MementoRequest
+
+    settings = Settings(data_dir=tmp_path / "d")
+    archive = Archive.open(settings)
+    try:
+        for key in ("old", "new"):
+            archive.write_memento(
+                MementoRequest(
+                    uri_r=f"https://ex.org/{key}", content=key.encode(), content_type="text/plain"
+                ),
+                idempotency_key=key,
+                request_hash=key,
+            )
+        with archive.index.write() as connection:
+            connection.execute(
+                update(idempotency_keys)
+                .where(idempotency_keys.c.key == "old")
+                .values(created_at=utc_now() - timedelta(hours=25))
+            )
+    finally:
+        archive.close()
+    env = {"AMBER_DATA_DIR": str(tmp_path / "d")}
+    dry = CliRunner().invoke(main, ["gc", "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    assert "1 expired idempotency answer(s) would be deleted" in dry.output
+    done = CliRunner().invoke(main, ["gc"], env=env)
+    assert done.exit_code == 0, done.output
+    assert "1 expired idempotency answer(s) deleted" in done.output
+    archive = Archive.open(settings)
+    try:
+        with archive.index.read() as connection:
+            left = connection.execute(select(idempotency_keys.c.key)).scalars().all()
+    finally:
+        archive.close()
+    assert left == ["new"]

@@ -71,8 +71,9 @@ def retention_report() -> None:
 @click.option("--safety-age-minutes", default=60, show_default=True, type=click.IntRange(1))
 @click.option("--dry-run", is_flag=True)
 def gc(safety_age_minutes: int, dry_run: bool) -> None:
-    """Delete orphan blobs (from writes that crashed before their index commit) and the
-    local store's leftover temp files (from writes that crashed before publishing).
+    """Delete orphan blobs (from writes that crashed before their index commit), the
+    local store's leftover temp files (from writes that crashed before publishing) and
+    Idempotency-Key answers past AMBER_IDEMPOTENCY_TTL_HOURS.
 
     Only what is older than the safety age, so in-flight writes are never touched.
     Example: amber gc --safety-age-minutes 120
@@ -83,9 +84,11 @@ def gc(safety_age_minutes: int, dry_run: bool) -> None:
     with opened() as archive:
         collected = archive.retention.collect_orphans(safety_age=safety_age, dry_run=dry_run)
         temp_files = archive.retention.collect_temp_files(safety_age=safety_age, dry_run=dry_run)
+        answers = archive.retention.forget_idempotency_answers(dry_run=dry_run)
     verb = "would be deleted" if dry_run else "deleted"
     click.echo(f"{len(collected)} orphan blob(s) {verb}")
     click.echo(f"{len(temp_files)} leftover temp file(s) {verb}")
+    click.echo(f"{answers} expired idempotency answer(s) {verb}")
 
 
 @click.group()

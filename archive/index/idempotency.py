@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from archive.exceptions import StorageError
 from archive.index.inserts import RowInserter
@@ -177,12 +177,15 @@ class IdempotencyKeys:
         if taken.rowcount != 1:
             raise StorageError("an idempotency key changed hands meanwhile; retry the write")
 
-    def forget(self, connection: Connection, now: datetime) -> int:
-        """Delete every answer older than the TTL; how many went."""
-        gone = connection.execute(
-            delete(idempotency_keys).where(idempotency_keys.c.created_at < now - self.ttl)
-        )
-        return int(gone.rowcount)
+    def forget(self, connection: Connection, now: datetime, *, dry_run: bool = False) -> int:
+        """Delete every answer older than the TTL; how many went (or would go)."""
+        expired = idempotency_keys.c.created_at < now - self.ttl
+        if dry_run:
+            counted = connection.execute(
+                select(func.count()).select_from(idempotency_keys).where(expired)
+            )
+            return int(counted.scalar_one())
+        return int(connection.execute(delete(idempotency_keys).where(expired)).rowcount)
 
     def settle(self, connection: Connection, tenant: str, key: str, status_code: int) -> None:
         """Change the status of an answer this transaction claimed (say, 200: the memento

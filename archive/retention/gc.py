@@ -74,6 +74,14 @@ class GarbageCollector:
                 self.store.remove_temp_file(path)
         return stale
 
+    def forget_idempotency_answers(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> int:
+        """Delete the Idempotency-Key answers older than their TTL: no write replays them
+        any more (:mod:`archive.index.idempotency`), and the table would only grow."""
+        with self.index.write() as connection:
+            return self.index.idempotency.forget(connection, now or utc_now(), dry_run=dry_run)
+
     def _delete_orphan(self, address: str) -> None:
         with self.index.write(exclusive=True) as connection:  # no write commits meanwhile
             # Recorded as deleted first. A write deduplicating onto these bytes right now

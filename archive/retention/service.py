@@ -96,6 +96,11 @@ class Retention:
     ) -> list[str]:
         return self.gc.collect_temp_files(safety_age=safety_age, now=now, dry_run=dry_run)
 
+    def forget_idempotency_answers(
+        self, *, now: datetime | None = None, dry_run: bool = False
+    ) -> int:
+        return self.gc.forget_idempotency_answers(now=now, dry_run=dry_run)
+
     # -- admin actions --------------------------------------------------------------------
 
     def set_transcript_hold(
