@@ -68,7 +68,8 @@ def waiting_on_lock(index: Index, *, now: datetime | None = None) -> dict[str, o
     tombstoned (no longer served) and a sweep marked them ``deleting``, but their S3 Object
     Lock, which can never be shortened, runs past now — typically the first lock, written at
     the grace date, of evidence whose transcripts were shorter. The first sweep after
-    ``latest`` deletes them all.
+    ``latest`` deletes them all. A blob's date is the one the store gave when it refused a
+    sweep's delete, or the one Amber last applied (``sync_locks``).
 
     Reads only the ``deleting`` blobs (a partial index): the cost follows what expired.
     """
