@@ -93,6 +93,31 @@ def test_a_short_transcripts_evidence_goes_with_it_before_the_grace_date(
     assert json.loads(reason)["transcripts"] == ["short:PT3S"]
 
 
+def test_over_http_the_passage_answers_410_and_leaves_its_timemap(
+    client: Any, archive: Archive
+) -> None:
+    """The issue as reported: after a PT3S transcript expired and a sweep ran, its passage
+    no longer answers 200 nor stays in its TimeMap (well before the grace date)."""
+    made = client.post(
+        "/api/v1/mementos",
+        json={"uri_r": "https://ex.org/h", "content": PAGE.decode(), "content_type": "text/plain"},
+    )
+    assert made.status_code == 201, made.text
+    put = client.put("/api/v1/transcripts/brief", json={"retention": "PT3S"})
+    assert put.status_code == 201, put.text
+    cited = client.post(
+        "/api/v1/transcripts/brief/citations",
+        json={"citations": [{"memento_id": made.json()["id"], "quote": {"exact": "40 euros"}}]},
+    )
+    assert cited.status_code == 201, cited.text
+    passage_uri = cited.json()["citations"][0]["uri_m"]
+    assert client.get(passage_uri).status_code == 200
+    archive.retention.sweep(now=retain_until(archive, "brief") + MINUTE)
+    assert client.get(passage_uri).status_code == 410
+    assert client.get(made.json()["uri_m"]).status_code == 410
+    assert client.get("/timemap/json/https://ex.org/h").status_code == 404
+
+
 def test_an_expired_transcripts_evidence_goes_once_its_hold_is_released(
     archive: Archive,
 ) -> None:
