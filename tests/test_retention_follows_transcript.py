@@ -294,3 +294,43 @@ def test_a_blob_locked_past_its_evidence_is_deleted_when_the_lock_allows(
     for memento in (document, passage):
         with pytest.raises(BlobNotFound):
             archive.blobs.get(memento.content_hash, memento.blob_version_id)
+
+
+def test_report_and_gc_say_what_waits_on_a_lock_and_until_when(tmp_path: Any) -> None:
+    """The CLI's side: ``amber retention report`` carries ``waiting_on_lock`` and ``amber gc``
+    prints it when some blob waits (a lock date recorded as a sweep would after a refusal;
+    the real refusal is tested on SeaweedFS above)."""
+    from click.testing import CliRunner
+
+    from api.cli import main
+    from archive.config import Settings
+    from archive.index.schema import blobs
+
+    env = {"AMBER_DATA_DIR": str(tmp_path / "d")}
+    archive = Archive.open(Settings(data_dir=tmp_path / "d"))
+    try:
+        memento = capture(archive)
+        empty = json.loads(CliRunner().invoke(main, ["retention", "report"], env=env).output)
+        assert empty["waiting_on_lock"] == {
+            "blobs": 0,
+            "bytes": 0,
+            "earliest": None,
+            "latest": None,
+        }
+        lock = utc_now().replace(microsecond=0) + 10 * DAY
+        with archive.index.write() as connection:
+            connection.execute(
+                update(blobs)
+                .where(blobs.c.address == memento.content_hash)
+                .values(state="deleting", lock_until=lock)
+            )
+    finally:
+        archive.close()
+    report = json.loads(CliRunner().invoke(main, ["retention", "report"], env=env).output)
+    waiting = report["waiting_on_lock"]
+    assert waiting["blobs"] == 1 and waiting["bytes"] == memento.size
+    assert datetime.fromisoformat(waiting["latest"].replace("Z", "+00:00")) == lock
+    done = CliRunner().invoke(main, ["gc"], env=env)
+    assert done.exit_code == 0, done.output
+    assert f"1 expired blob(s) ({memento.size} bytes) wait on their Object Lock" in done.output
+    assert waiting["latest"] in done.output
