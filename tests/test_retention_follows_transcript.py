@@ -100,7 +100,12 @@ def test_over_http_the_passage_answers_410_and_leaves_its_timemap(
     no longer answers 200 nor stays in its TimeMap (well before the grace date)."""
     made = client.post(
         "/api/v1/mementos",
-        json={"uri_r": "https://ex.org/h", "content": PAGE.decode(), "content_type": "text/plain"},
+        json={
+            "uri_r": "https://ex.org/h",
+            "content": PAGE.decode(),
+            "content_type": "text/plain",
+            "tool": "http.get",
+        },
     )
     assert made.status_code == 201, made.text
     put = client.put("/api/v1/transcripts/brief", json={"retention": "PT3S"})
