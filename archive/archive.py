@@ -71,6 +71,7 @@ class Archive:
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
+        self.retention = Retention(self.index, self.blobs, settings.citations)
         self.citations = CitationDesk(
             index=index,
             blobs=blob_store,
@@ -80,11 +81,16 @@ class Archive:
             get_memento=self.get_memento,
             read_content=self.read_content,
             initial_lock=self.writes.initial_lock,
+            redate=self.retention.evaluator.redate,
         )
         self.drift = DriftService(
-            settings, index, blob_store, self.transcripts, self.writes.initial_lock
+            settings,
+            index,
+            blob_store,
+            self.transcripts,
+            self.writes.initial_lock,
+            self.retention.evaluator.redate,
         )
-        self.retention = Retention(self.index, self.blobs, settings.citations)
 
     @classmethod
     def open(cls, settings: Settings) -> Archive:

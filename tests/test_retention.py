@@ -657,10 +657,10 @@ def test_a_citation_racing_a_shortening_lives_only_as_long_as_the_transcript_now
 
     monkeypatch.setattr(committer, "submit", shortened_meanwhile)
     passage = cite(archive, "t1", document.id, "40 euros").passage
-    # A new memento's date starts at its grace date and citations only extend it: here the
-    # transcript's one day is shorter, so the grace date stays (a sweep then re-evaluates).
-    grace_date = passage.archived_at + archive.retention.grace
-    assert _expires_at(archive, passage.id) == max(_retain_until(archive, "t1"), grace_date)
+    # Cited evidence expires with its transcript as it stands in the citation's transaction:
+    # the shortened one day, earlier than the passage's grace date.
+    assert _retain_until(archive, "t1") < passage.archived_at + archive.retention.grace
+    assert _expires_at(archive, passage.id) == _retain_until(archive, "t1")
     report = archive.retention.sweep(now=_retain_until(archive, "t1") + 30 * DAY)
     assert passage.id in report.deleted_ids
 

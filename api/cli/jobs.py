@@ -59,7 +59,9 @@ def retention_sweep(dry_run: bool, as_json: bool, batch_size: int) -> None:
 
 @retention.command("report")
 def retention_report() -> None:
-    """Bytes kept per policy and per label, and what expires when (JSON).
+    """Bytes kept per policy and per label, what expires when, and expired evidence the
+    store keeps until its Object Lock allows the deletion ("waiting_on_lock": blobs, bytes,
+    earliest and latest lock date) (JSON).
 
     Example: amber retention report > retention.json
     """
@@ -85,10 +87,16 @@ def gc(safety_age_minutes: int, dry_run: bool) -> None:
         collected = archive.retention.collect_orphans(safety_age=safety_age, dry_run=dry_run)
         temp_files = archive.retention.collect_temp_files(safety_age=safety_age, dry_run=dry_run)
         answers = archive.retention.forget_idempotency_answers(dry_run=dry_run)
+        locked = archive.retention.waiting_on_lock()
     verb = "would be deleted" if dry_run else "deleted"
     click.echo(f"{len(collected)} orphan blob(s) {verb}")
     click.echo(f"{len(temp_files)} leftover temp file(s) {verb}")
     click.echo(f"{answers} expired idempotency answer(s) {verb}")
+    if locked["blobs"]:
+        click.echo(
+            f"{locked['blobs']} expired blob(s) ({locked['bytes']} bytes) wait on their Object "
+            f"Lock until {locked['latest']}; a sweep deletes each once its lock allows"
+        )
 
 
 @click.group()

@@ -26,7 +26,7 @@ from datetime import datetime
 
 from archive.blobstore.base import BlobStore
 from archive.citations.extract import ExtractedText, extract_text
-from archive.citations.ledger import CitationLedger, StoreJob
+from archive.citations.ledger import CitationLedger, Redate, StoreJob
 from archive.citations.locate import locate
 from archive.citations.normalise import PreparedText, prepare
 from archive.citations.records import (
@@ -93,7 +93,8 @@ class CitationDesk:
     the index and blob store, the transcript book, the ``[citations]`` policy, the internal
     URI schemes, and three of the facade's own operations — reading a document memento
     (``get_memento``, ``read_content``) and the retention lock a new blob starts with
-    (``initial_lock``).
+    (``initial_lock``) — and retention's ``redate``, which dates cited evidence from the
+    transcripts citing it.
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class CitationDesk:
         get_memento: Callable[[str, str], Memento],
         read_content: Callable[[Memento], bytes],
         initial_lock: Callable[[datetime], datetime | None],
+        redate: Redate,
     ) -> None:
         self.index = index
         self.transcripts = transcripts
@@ -114,7 +116,7 @@ class CitationDesk:
         self.internal_schemes = internal_schemes
         self.get_memento = get_memento
         self.read_content = read_content
-        self.ledger = CitationLedger(index, blobs, transcripts, policy, initial_lock)
+        self.ledger = CitationLedger(index, blobs, transcripts, policy, initial_lock, redate)
         # (tenant, document hash, extractor, extractor version, media type) -> prepared text
         self._prepared_cache: OrderedDict[tuple[str, str, str, str, str], PreparedText] = (
             OrderedDict()

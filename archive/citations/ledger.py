@@ -4,13 +4,13 @@ Write order is the durability contract: the passages' bytes are staged first (S3
 concurrently), then the group commit makes them durable together with concurrent requests'
 passages, and only then do the citation rows commit, in one transaction for the batch, so a
 row never points at bytes that are not there. In that transaction the cited evidence is
-made to live at least as long as the transcripts citing it, as they stand then.
+re-dated: it expires with the latest of the transcripts citing it, as they stand then.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +37,10 @@ from archive.index.schema import citations
 from archive.mementos import Memento, Scope, memento_id
 
 PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
+
+# Sets the cached expiry of these mementos to their true expiry, inside the given transaction
+# (retention's Evaluator.redate); returns how many changed.
+Redate = Callable[[Connection, Collection[str]], int]
 
 
 @dataclass(frozen=True)
@@ -65,12 +69,16 @@ class CitationLedger:
         transcripts: TranscriptBook,
         policy: CitationPolicy,
         initial_lock: Callable[[datetime], datetime | None],
+        redate: Redate,
     ) -> None:
         self.index = index
         self.blobs = blobs
         self.transcripts = transcripts
         self.policy = policy
         self.initial_lock = initial_lock  # the retention lock a new blob starts with
+        # Retention's Evaluator.redate: sets cited evidence's cached expiry from its citing
+        # transcripts inside the citation's transaction.
+        self.redate = redate
         # Batches concurrent requests' citations into one transaction. Public on purpose:
         # its submit() is the point between staging and committing, where tests interleave
         # a concurrent change (a retention shortened, a committer refusing at shutdown).
@@ -169,15 +177,10 @@ class CitationLedger:
             inserted = self.index.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )
-            # The cited evidence now lives at least as long as the transcripts citing it, as
-            # they stand now: read before this transaction, a retention shortened meanwhile
-            # would extend the evidence past every transcript's date.
-            retain_until = self.transcripts.retain_until_on(
-                connection, {(job.tenant, job.transcript.id) for job in jobs}
-            )
-            self.index.extend_expiries(
-                connection, [reach for job in jobs for reach in _reach(job, retain_until)]
-            )
+            # The cited evidence now expires with the latest of the transcripts citing it, as
+            # they stand in this transaction (earlier than its grace date, too): read before
+            # it, a retention shortened meanwhile would keep evidence past every transcript.
+            self.redate(connection, {i for job in jobs for i in _reached(job)})
             results: list[CiteResult | BaseException] = []
             first_seen: set[str] = set()
             for job in jobs:
@@ -369,11 +372,9 @@ class CitationLedger:
         return CiteResult(loaded, errors, created=stored.status_code == 201)
 
 
-def _reach(
-    job: StoreJob, retain_until: dict[tuple[str, str], datetime]
-) -> list[tuple[str, str, datetime]]:
-    """(tenant, memento id, until) for every memento a job's citations reach."""
-    until = retain_until[(job.tenant, job.transcript.id)]
+def _reached(job: StoreJob) -> list[str]:
+    """Ids of every memento a job's citations reach: passages, and documents kept or cited
+    by memento id (a document follows the transcripts citing it, as its passages do)."""
     reached = [m.id for m in job.mementos]
     reached += [r["document_memento_id"] for r in job.rows if r["document_memento_id"]]
-    return [(job.tenant, memento_id_, until) for memento_id_ in reached]
+    return reached

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -185,23 +185,6 @@ class TranscriptBook:
         if row is None:
             raise TranscriptNotFound("no transcript with this id")
         return _transcript_from(row)
-
-    def retain_until_on(
-        self, connection: Connection, keys: Collection[tuple[str, str]]
-    ) -> dict[tuple[str, str], datetime]:
-        """``(tenant, transcript id)`` → its ``retain_until`` as seen inside ``connection``'s
-        transaction (not as a request read it before)."""
-        found: dict[tuple[str, str], datetime] = {}
-        for tenant, transcript_id in sorted(keys):
-            until = connection.execute(
-                select(transcripts.c.retain_until).where(
-                    transcripts.c.tenant == tenant, transcripts.c.id == transcript_id
-                )
-            ).scalar_one_or_none()
-            if until is None:
-                raise TranscriptNotFound("no transcript with this id")
-            found[(tenant, transcript_id)] = until
-        return found
 
     def _get(self, connection: Connection, tenant: str, transcript_id: str) -> Transcript | None:
         row = connection.execute(

@@ -27,6 +27,7 @@ from sqlalchemy import and_, case, func, or_, select
 
 from archive.blobstore.base import BlobStore
 from archive.citations import Transcript, TranscriptBook
+from archive.citations.ledger import Redate
 from archive.config import DriftPolicy, Settings
 from archive.dates import utc_now
 from archive.drift.records import (
@@ -77,6 +78,7 @@ class DriftService:
         blobs: BlobStore,
         transcript_book: TranscriptBook,
         initial_lock: Callable[[datetime], datetime | None],
+        redate: Redate,
         *,
         classify: Classify | None = None,
     ) -> None:
@@ -85,6 +87,9 @@ class DriftService:
         self.blobs = blobs
         # When a new blob's Object Lock retention ends (the facade's ``initial_lock``).
         self.initial_lock = initial_lock
+        # Retention's Evaluator.redate: dates what a check archived from the transcripts
+        # reaching it, inside the check's transaction.
+        self.redate = redate
         self.classify = classify
         self.reviews = ReviewFlags(index, transcript_book)
         self._rates: OrderedDict[tuple[str, str, int], tuple[float, SourceRate | None]] = (
@@ -223,19 +228,18 @@ class DriftService:
             self.index.insert_ignoring(
                 connection, drift_checks, [check_row(r) for r in records], conflict=["id"]
             )
-            # What a check archived lives as long as the transcript whose citation it was
-            # checked for (retention also finds it through the drift reacher in records).
-            keep: dict[tuple[str, datetime], list[str]] = {}
-            for record in records:
-                made = [
-                    i for i in (record.new_passage_memento_id, record.live_document_memento_id) if i
-                ]
-                if made:
-                    keep.setdefault(
-                        (record.tenant, due[record.citation_id].retain_until), []
-                    ).extend(made)
-            for (tenant, until), ids in keep.items():
-                self.index.extend_expiry(connection, tenant, ids, until)
+            # What a check archived expires with the transcripts reaching it (through the
+            # drift reacher in records), as they stand in this transaction — before its grace
+            # date when they are short.
+            self.redate(
+                connection,
+                {
+                    i
+                    for record in records
+                    for i in (record.new_passage_memento_id, record.live_document_memento_id)
+                    if i
+                },
+            )
             statement = upsert(self.index.dialect, drift_state)
             statement = statement.on_conflict_do_update(
                 index_elements=["citation_id"],

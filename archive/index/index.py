@@ -45,7 +45,7 @@ from archive.index.idempotency import IdempotencyKeys
 from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
 from archive.index.navigation import Neighbours, TimeTravel
-from archive.index.prepared import Lookups, PreparedWrite
+from archive.index.prepared import Lookups
 from archive.index.rows import (
     RowView,
     StoredResponse,
@@ -60,19 +60,6 @@ from archive.index.signals import ReadCache
 from archive.mementos import Memento
 
 DEFAULT_TENANT = "default"
-
-
-# One memento's expiry extended to a date (never shortened): executemany'd per batch.
-_EXTEND_EACH = (
-    update(mementos)
-    .where(
-        mementos.c.tenant == bindparam("reach_tenant"),
-        mementos.c.id == bindparam("reach_id"),
-        mementos.c.deleted_at.is_(None),
-        (mementos.c.expires_at.is_(None)) | (mementos.c.expires_at < bindparam("reach_until")),
-    )
-    .values(expires_at=bindparam("reach_until"))
-)
 
 
 class Index:
@@ -104,7 +91,6 @@ class Index:
         migrate(self._writer)
         self.inserts = RowInserter(self._writer, self.dialect)
         self.idempotency = IdempotencyKeys(self.inserts, self.dialect, idempotency_ttl)
-        self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
             self._reader, sqlite_path_of(self.url) if self.dialect == "sqlite" else None
         )
@@ -322,20 +308,6 @@ class Index:
             .values(expires_at=until)
         )
         return int(result.rowcount or 0)
-
-    def extend_expiries(
-        self, connection: Connection, reaches: Sequence[tuple[str, str, datetime]]
-    ) -> None:
-        """Many ``(tenant, memento id, until)`` extensions as one executemany (never shortens)."""
-        if not reaches:
-            return
-        rows = [
-            {"reach_tenant": t, "reach_id": i, "reach_until": u} for t, i, u in sorted(set(reaches))
-        ]
-        if self.dialect == "sqlite":
-            self._extend_each.run_many(connection.connection.dbapi_connection, rows)
-        else:
-            connection.execute(_EXTEND_EACH, rows)
 
     def _memento_row(self, m: Memento) -> dict[str, Any]:
         row = memento_row(m)

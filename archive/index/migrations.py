@@ -287,6 +287,44 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX drift_checks_by_live_document ON drift_checks (live_document_memento_id)",
         ),
     ),
+    Migration(
+        7,
+        "retention: cited evidence expires with its transcripts, before its grace date too",
+        (
+            # Until now a memento's cached expiry started at archived_at + grace and citations
+            # only raised it, so evidence of short transcripts outlived them until the grace
+            # date. Data only: each live memento some transcript reaches (citations, and drift
+            # checks' captures) is re-dated to the latest retain_until among them. The
+            # working table is dropped in the same transaction.
+            """CREATE TABLE retention_redate_7 (
+                memento_id TEXT PRIMARY KEY,
+                until TIMESTAMP NOT NULL
+            )""",
+            """INSERT INTO retention_redate_7 (memento_id, until)
+            SELECT reach.memento_id, max(transcripts.retain_until)
+            FROM (
+                SELECT passage_memento_id AS memento_id, tenant, transcript_id FROM citations
+                UNION ALL
+                SELECT document_memento_id, tenant, transcript_id FROM citations
+                WHERE document_memento_id IS NOT NULL
+                UNION ALL
+                SELECT new_passage_memento_id, tenant, transcript_id FROM drift_checks
+                WHERE new_passage_memento_id IS NOT NULL
+                UNION ALL
+                SELECT live_document_memento_id, tenant, transcript_id FROM drift_checks
+                WHERE live_document_memento_id IS NOT NULL
+            ) AS reach
+            JOIN transcripts
+                ON transcripts.tenant = reach.tenant AND transcripts.id = reach.transcript_id
+            GROUP BY reach.memento_id""",
+            """UPDATE mementos SET expires_at = (
+                SELECT until FROM retention_redate_7 WHERE memento_id = mementos.id
+            )
+            WHERE deleted_at IS NULL
+            AND id IN (SELECT memento_id FROM retention_redate_7)""",
+            "DROP TABLE retention_redate_7",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

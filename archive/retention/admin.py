@@ -19,7 +19,7 @@ from archive.config import CitationPolicy
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import InvalidInput, NotFound, RetentionConflict, TranscriptNotFound
 from archive.index import Index
-from archive.index.schema import admin_log, mementos, transcripts
+from archive.index.schema import admin_log, citations, drift_checks, mementos, transcripts
 from archive.retention.deletion import Deleter
 from archive.retention.evaluation import Evaluator
 from archive.retention.records import SweepReport
@@ -31,6 +31,20 @@ def _check_reason(reason: str) -> str:
     if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
         raise InvalidInput(f"a reason (1-{MAX_REASON} characters) is required")
     return reason.strip()
+
+
+def _drift_captures(connection: Connection, tenant: str, transcript_id: str) -> list[str]:
+    """Ids of the mementos drift checks of a transcript's citations archived (the transcript
+    reaches them too: see the drift reacher)."""
+    cited = select(citations.c.id).where(
+        citations.c.tenant == tenant, citations.c.transcript_id == transcript_id
+    )
+    rows = connection.execute(
+        select(
+            drift_checks.c.new_passage_memento_id, drift_checks.c.live_document_memento_id
+        ).where(drift_checks.c.tenant == tenant, drift_checks.c.citation_id.in_(cited))
+    )
+    return sorted({i for row in rows for i in row if i})
 
 
 class RetentionAdmin:
@@ -130,6 +144,7 @@ class RetentionAdmin:
                 .values(retention=label, retain_until=until, updated_at=utc_now())
             )
             reached = reached_mementos(connection, tenant, transcript_id)
+            reached += _drift_captures(connection, tenant, transcript_id)
             if until >= row.retain_until:
                 self.index.extend_expiry(connection, tenant, reached, until)
             else:

@@ -169,6 +169,7 @@ class Deleter:
         if not versions:
             return
         deleted: list[str] = []
+        locked: dict[str, datetime] = {}
         # The store makes the whole batch's deletions durable when the block ends (raise or
         # not); the blobs are marked deleted only after that, so a crash before leaves them
         # ``deleting`` and the next sweep deletes them again.
@@ -184,9 +185,18 @@ class Deleter:
                 except StorageError as error:
                     if getattr(error, "code", "") == "retention_locked":
                         report.not_yet += 1
+                        until = error.detail.get("retain_until")
+                        if isinstance(until, str):
+                            locked[address] = datetime.fromisoformat(until)
                         continue
                     raise
                 deleted.append(address)
+        for address, until in locked.items():
+            # The store's own date, for the report: the first lock was never recorded, and
+            # an expired blob waits for it (a lock cannot be shortened).
+            connection.execute(
+                update(blobs).where(blobs.c.address == address).values(lock_until=until)
+            )
         if not deleted:
             return
         connection.execute(

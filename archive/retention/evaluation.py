@@ -1,9 +1,13 @@
 """Each memento's true expiry, decided from the transcripts that reach it.
 
 A memento expires at the latest ``retain_until`` of the transcripts reaching it (through
-their citations, or any path another feature registers in :data:`REACHERS`); one nobody
-reaches at ``archived_at`` + grace. A legal hold on the memento or on a reaching transcript
-suspends expiry while it lasts.
+their citations, or any path another feature registers in :data:`REACHERS`), even when that
+is before ``archived_at`` + grace; one nobody reaches at ``archived_at`` + grace. A legal
+hold on the memento or on a reaching transcript suspends expiry while it lasts.
+
+``mementos.expires_at`` caches that date for the sweep, which selects its candidates by it.
+The cache may be early (the sweep re-evaluates and moves it forward), never late: whatever
+changes who reaches a memento re-dates it in the same transaction (:meth:`Evaluator.redate`).
 
 Every statement is set-based: a batch's ids travel as one JSON array parameter, so the cost
 per memento is a few index lookups, not a statement or a bound parameter each.
@@ -12,7 +16,7 @@ per memento is a few index lookups, not a statement or a bound parameter each.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +31,7 @@ from sqlalchemy import (
     func,
     select,
     union_all,
+    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -80,7 +85,8 @@ class EvaluationQueries:
     statements this size, rebuilding and re-keying them per batch cost more than running them)."""
 
     reachers: tuple[Reacher, ...]
-    rows: Select[str, datetime, int]  # id, archived_at, legal_hold of the live ones among :ids
+    rows: Select[str, datetime, int, datetime]  # id, archived_at, legal_hold, expires_at of
+    # the live ones among :ids
     citing: Select[
         str, datetime, int
     ]  # memento_id, latest retain_until, any hold: over transcripts reaching :ids
@@ -112,9 +118,12 @@ class Evaluator:
             )
             self._queries = EvaluationQueries(
                 reachers=reachers,
-                rows=select(mementos.c.id, mementos.c.archived_at, mementos.c.legal_hold).where(
-                    mementos.c.id.in_(ids), mementos.c.deleted_at.is_(None)
-                ),
+                rows=select(
+                    mementos.c.id,
+                    mementos.c.archived_at,
+                    mementos.c.legal_hold,
+                    mementos.c.expires_at,
+                ).where(mementos.c.id.in_(ids), mementos.c.deleted_at.is_(None)),
                 citing=select(
                     reached.c.memento_id,
                     func.max(transcripts.c.retain_until),
@@ -130,6 +139,44 @@ class Evaluator:
 
     def evaluate(self, connection: Connection, ids: Sequence[str]) -> list[Verdict]:
         """Each memento's true expiry from the citations, and whether a hold applies."""
+        verdicts = [verdict for verdict, _ in self._judge(connection, ids)]
+        self.hooks.evaluated(verdicts)
+        return verdicts
+
+    def redate(self, connection: Connection, ids: Collection[str]) -> int:
+        """Set the cached expiry of these live mementos to their true expiry (holds aside),
+        earlier or later; return how many changed.
+
+        Called in the transaction that changed who reaches them (a citation, a drift check's
+        capture, a retention shortened), after that change: the date it writes is the
+        latest ``retain_until`` among the reaching transcripts this transaction sees, which
+        only an exclusive write (a retention change, an erasure) can lower and only a later
+        re-date or a sweep can raise. So the cache is never later than the truth, whichever
+        of two concurrent re-dates commits last. A memento this transaction sees uncited is
+        only ever moved earlier, to its grace date: a citation it cannot see yet may have
+        dated it earlier still.
+        """
+        if not ids:
+            return 0
+        changed = [
+            {"target": verdict.memento_id, "until": verdict.until}
+            for verdict, cached in self._judge(connection, sorted(set(ids)))
+            if cached != verdict.until
+            and (verdict.cited or cached is None or cached > verdict.until)
+        ]
+        if changed:  # sorted by id: concurrent re-dates lock rows in one order
+            connection.execute(
+                update(mementos)
+                .where(mementos.c.id == bindparam("target"), mementos.c.deleted_at.is_(None))
+                .values(expires_at=bindparam("until")),
+                changed,
+            )
+        return len(changed)
+
+    def _judge(
+        self, connection: Connection, ids: Sequence[str]
+    ) -> list[tuple[Verdict, datetime | None]]:
+        """Each live memento's verdict, with the expiry its row caches now."""
         queries = self.queries()
         batch = {"ids": json.dumps(list(ids))}
         rows = connection.execute(queries.rows, batch).all()
@@ -138,15 +185,15 @@ class Evaluator:
             for memento_id, until, hold in connection.execute(queries.citing, batch)
         }
         grace = self.grace
-        verdicts = []
-        for memento_id, archived_at, held in rows:
+        judged: list[tuple[Verdict, datetime | None]] = []
+        for memento_id, archived_at, held, cached in rows:
             reached = citing.get(memento_id)
             if reached is None:
-                verdicts.append(Verdict(memento_id, archived_at + grace, bool(held), False))
+                verdict = Verdict(memento_id, archived_at + grace, bool(held), False)
             else:
-                verdicts.append(Verdict(memento_id, reached[0], bool(held or reached[1]), True))
-        self.hooks.evaluated(verdicts)
-        return verdicts
+                verdict = Verdict(memento_id, reached[0], bool(held or reached[1]), True)
+            judged.append((verdict, cached))
+        return judged
 
     def policies(self, connection: Connection, memento_ids: Sequence[str]) -> dict[str, list[str]]:
         """``transcript id:retention`` of the transcripts reaching each memento (for reasons)."""

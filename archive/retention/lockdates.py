@@ -3,8 +3,14 @@
 A new blob is locked for the grace period from the start (:func:`first_lock`, which
 rounds with :func:`ceil_to_day`); after each sweep, :class:`LockDates` extends each live
 blob's lock to its latest expiry and keeps its legal-hold flag on while any hold in Amber
-reaches it. Object Lock can only lengthen: a blob locked past its expiry is deleted when the
-lock allows (the sweep counts it ``not_yet`` until then).
+reaches it.
+
+Object Lock can only lengthen, and the first lock is written before anyone knows which
+transcripts will cite the bytes. So evidence whose transcripts end before its grace date is
+tombstoned on time in the index (no longer served), while its blob stays ``deleting`` until
+the lock allows: each sweep counts it ``not_yet``, ``amber retention report`` and ``amber gc``
+say how many wait and until when (:func:`archive.retention.report.waiting_on_lock`), and the
+first sweep after the lock date deletes it.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ def ceil_to_day(moment: datetime) -> datetime:
 def first_lock(store: BlobStore, grace: timedelta, archived_at: datetime) -> datetime | None:
     """The lock date of a blob first stored at ``archived_at``: the end of the grace period,
     rounded up to the day; None when the store sets no lock. Sweeps extend it later when a
-    longer-lived citation or a hold reaches the blob."""
+    longer-lived citation or a hold reaches the blob; nothing can shorten it, so a blob whose
+    evidence expires earlier (a short transcript) is deleted on this date."""
     if store.lock_mode is None:
         return None
     return ceil_to_day(archived_at + grace)

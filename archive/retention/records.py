@@ -20,7 +20,7 @@ class SweepReport:
     blobs_deleted: int = 0
     bytes_deleted: int = 0
     held: int = 0
-    not_yet: int = 0  # the store refused (Object Lock date not reached: clock skew)
+    not_yet: int = 0  # blobs the store refused: their Object Lock date is later (see report)
     extended: int = 0  # candidates whose cached expiry was stale (now fixed)
     next_expiry: datetime | None = None
     deleted_ids: list[str] = field(default_factory=list)

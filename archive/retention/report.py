@@ -1,5 +1,6 @@
 """The cost of keeping evidence (``amber retention report``): bytes stored per policy and
-per label, and what expires when (by month)."""
+per label, what expires when (by month), and expired evidence the store still keeps because
+its S3 Object Lock date has not come yet."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import json
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import Row, and_, select
+from sqlalchemy import Row, and_, func, select
 
 from archive.dates import to_rfc3339, utc_now
 from archive.index import Index
-from archive.index.schema import citations, mementos, transcripts
+from archive.index.schema import blobs, citations, mementos, transcripts
 
 
 def retention_report(index: Index, *, now: datetime | None = None) -> dict[str, object]:
@@ -58,6 +59,36 @@ def retention_report(index: Index, *, now: datetime | None = None) -> dict[str, 
         | {"uncited (grace)": _sized(uncited, size)},
         "by_label": {name: _sized(ids, size) for name, ids in sorted(labels.items())},
         "expiring_bytes_by_month": dict(sorted(by_month.items())),
+        "waiting_on_lock": waiting_on_lock(index, now=now),
+    }
+
+
+def waiting_on_lock(index: Index, *, now: datetime | None = None) -> dict[str, object]:
+    """Blobs of expired evidence that the store will not delete yet: their mementos are
+    tombstoned (no longer served) and a sweep marked them ``deleting``, but their S3 Object
+    Lock, which can never be shortened, runs past now — typically the first lock, written at
+    the grace date, of evidence whose transcripts were shorter. The first sweep after
+    ``latest`` deletes them all. A blob's date is the one the store gave when it refused a
+    sweep's delete, or the one Amber last applied (``sync_locks``).
+
+    Reads only the ``deleting`` blobs (a partial index): the cost follows what expired.
+    """
+    now = now or utc_now()
+    with index.read() as connection:
+        row = connection.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(blobs.c.size), 0),
+                func.min(blobs.c.lock_until),
+                func.max(blobs.c.lock_until),
+            ).where(blobs.c.state == "deleting", blobs.c.lock_until > now)
+        ).one()
+    count, size, earliest, latest = row
+    return {
+        "blobs": int(count),
+        "bytes": int(size),
+        "earliest": to_rfc3339(earliest) if earliest else None,
+        "latest": to_rfc3339(latest) if latest else None,
     }
 
 

@@ -29,7 +29,7 @@ from archive.retention.gc import GarbageCollector
 from archive.retention.hooks import RetentionHooks
 from archive.retention.lockdates import LockDates
 from archive.retention.records import SweepReport
-from archive.retention.report import retention_report
+from archive.retention.report import retention_report, waiting_on_lock
 from archive.retention.sweep import Sweeper
 
 
@@ -133,3 +133,7 @@ class Retention:
 
     def report(self, *, now: datetime | None = None) -> dict[str, object]:
         return retention_report(self.index, now=now)
+
+    def waiting_on_lock(self, *, now: datetime | None = None) -> dict[str, object]:
+        """Expired evidence's blobs the store keeps until their Object Lock date."""
+        return waiting_on_lock(self.index, now=now)
