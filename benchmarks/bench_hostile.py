@@ -152,7 +152,10 @@ def measured(server: Server, name: str) -> Iterator[dict[str, Any]]:
     outcome: dict[str, Any] = {}
     pid = server.process.pid
     cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
-    yield outcome
+    try:
+        yield outcome
+    except httpx.TimeoutException:
+        outcome["outcome"] = "no answer within --timeout"
     wall, cpu = time.perf_counter() - wall0, cpu_seconds(pid) - cpu0
     memory = memory_kib(pid)
     shown = "; ".join(f"{k}: {v}" for k, v in outcome.items())
@@ -349,12 +352,13 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="source tree to serve")
     parser.add_argument("--rounds", type=int, default=12, help="pairs for the timing findings")
     parser.add_argument("--skip", nargs="*", default=[], help="finding numbers to skip")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per request")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as scratch:
         server = Server(args.root.resolve(), Path(scratch) / "amber-data")
         print(f"amber serve from {args.root} at {server.base} (pid {server.process.pid})")
         try:
-            with httpx.Client(base_url=server.base, timeout=600) as client:
+            with httpx.Client(base_url=server.base, timeout=args.timeout) as client:
                 steps: dict[str, Callable[[], None]] = {
                     "3": lambda: finding_3(client, server),
                     "4": lambda: finding_4(client, server),
