@@ -143,7 +143,6 @@ class Fuzzer:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.server: LiveServer | None = None
-        self.model_requests = 0
         self.start()
 
     def start(self) -> None:
