@@ -13,7 +13,8 @@ wall time, the server's CPU time and peak RSS (``/proc/<pid>``), and the outcome
      (chance a hit is the faster; 0.5 = cannot be told apart) and how many rounds a
      "hit is faster" guess gets right;
 - 7  blob deduplication timing: tenant B writing an 8 MB blob tenant A stored vs new bytes;
-- 9  control characters in ``content_type`` (refused now);
+- 9  control characters and Unicode spaces in ``content_type`` (refused now; before,
+     stored, and reading the memento back failed);
 - 10 an Idempotency-Key race: two concurrent writes, same key, different content
      (now one 201 and one 409, one memento in the TimeMap);
 - 12 the SQLite index files' modes (owner-only now).
@@ -304,13 +305,26 @@ def finding_7(client: httpx.Client, server: Server, rounds: int) -> None:
         out["AUC"] = f"{auc_faster(dup, new):.2f}"
 
 
+CONTROLLED_MEDIA_TYPES = {
+    "CR LF": "text/plain\r\n;x=y",
+    "U+2028": "text/plain;\u2028x=y",
+    "U+0085": "text/plain;\x85x=y",
+}
+
+
 def finding_9(client: httpx.Client, server: Server) -> None:
     with measured(server, "9 controls in content_type") as out:
-        for name, media in (("CR LF", "text/html\r\nX-Injected: 1"), ("DEL", "text/html\x7f")):
-            response = write(
-                client, server, "tenant-a", b"x", f"https://ct.example/{name}", content_type=media
-            )
-            out[name] = outcome(response)
+        for number, (name, media) in enumerate(CONTROLLED_MEDIA_TYPES.items()):
+            uri_r = f"https://ct.example/{number}"
+            written = write(client, server, "tenant-a", b"x", uri_r, content_type=media)
+            seen = outcome(written)
+            if written.is_success:  # stored: what does reading it back give?
+                try:
+                    read = client.get(written.json()["uri_m"], headers=server.headers("tenant-a"))
+                    seen += f", read {read.status_code}"
+                except httpx.HTTPError as error:
+                    seen += f", read failed ({type(error).__name__})"
+            out[name] = seen
 
 
 def finding_10(client: httpx.Client, server: Server, rounds: int) -> None:
