@@ -8,7 +8,6 @@ Secrets (credentials inside URLs) are masked by :meth:`Settings.describe`.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -139,6 +138,8 @@ class Settings:
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
     public_base_url: str | None = None  # default: the address the server listens on
+    # Private hosts/addresses/CIDRs the fetcher may reach: "host" opens ports 80 and 443,
+    # "host:8080" that port, "host:*" every port; IPv6 with a port in brackets.
     fetch_allow: tuple[str, ...] = ()
     internal_schemes: tuple[str, ...] = ("kb",)
     max_body_bytes: int = 32 * 1024 * 1024
@@ -287,11 +288,15 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 
 def _validate_allow_entry(entry: str) -> None:
-    if "/" in entry:
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError as exc:
-            raise ConfigurationError(f"AMBER_FETCH_ALLOW entry {entry!r} is not a CIDR") from exc
+    # Imported here: archive.fetch imports this module (its fetcher reads Settings).
+    from archive.fetch.policy import parse_allow_entry
+
+    if not entry.strip():
+        return
+    try:
+        parse_allow_entry(entry)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
 
 
 def _mask_url(value: str) -> str:

@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base = f"http://127.0.0.1:{port_file.read_text()}"
         settings = Settings(
             data_dir=root / "amber-data",
-            fetch_allow=("127.0.0.1",),
+            fetch_allow=("127.0.0.1:*",),
             durability=args.durability,
             extra={
                 "drift": {

@@ -91,7 +91,7 @@ def text(completed: subprocess.CompletedProcess[bytes]) -> str:
 
 def capture(url: str, data_dir: Path) -> str:
     """``amber capture`` with the origin allowed; returns the memento id."""
-    done = amber("capture", url, data_dir=data_dir, allow="127.0.0.1")
+    done = amber("capture", url, data_dir=data_dir, allow="127.0.0.1:*")
     assert done.returncode == 0, text(done)
     lines = done.stdout.decode().strip().splitlines()
     assert len(lines) == 1, text(done)
@@ -143,7 +143,7 @@ def test_capture_prints_a_uri_m_and_show_reports_it(origin: str, data_dir: Path)
 
 
 def test_capture_json_flag_prints_the_memento(origin: str, data_dir: Path) -> None:
-    done = amber("capture", "--json", f"{origin}/doc", data_dir=data_dir, allow="127.0.0.1/8")
+    done = amber("capture", "--json", f"{origin}/doc", data_dir=data_dir, allow="127.0.0.1/8:*")
     assert done.returncode == 0, text(done)
     meta = json.loads(done.stdout)
     assert meta["content_hash"] == content_address(BODY)

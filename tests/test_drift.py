@@ -417,7 +417,7 @@ REVIEWED = {c.name for c in CASES if c.verdict == "reversal"}
 def settings(settings: Settings) -> Settings:
     """The backend pair's settings, with the loopback origin opened and a fast drift policy."""
     return settings.with_overrides(
-        fetch_allow=("127.0.0.1",),
+        fetch_allow=("127.0.0.1:*",),
         extra={
             "drift": {
                 "host_delay_seconds": 0.0,
@@ -759,7 +759,7 @@ def test_drift_captures_are_locked_from_their_first_write(
         data_dir=tmp_path / "amber",
         database_url=f"sqlite:///{tmp_path / 'amber.sqlite3'}",
         s3_object_lock_mode="GOVERNANCE",
-        fetch_allow=("127.0.0.1",),
+        fetch_allow=("127.0.0.1:*",),
         extra={"drift": {"host_delay_seconds": 0.0, "timeout_seconds": FETCH_TIMEOUT}},
     )
     archive = Archive.open(locked)

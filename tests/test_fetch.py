@@ -23,7 +23,13 @@ import httpx
 import pytest
 
 from archive.config import Settings
-from archive.exceptions import FetchError, FetchRefused, FetchTooLarge, InvalidURI
+from archive.exceptions import (
+    ConfigurationError,
+    FetchError,
+    FetchRefused,
+    FetchTooLarge,
+    InvalidURI,
+)
 from archive.fetch import (
     KEPT_HEADERS,
     AllowList,
@@ -34,6 +40,7 @@ from archive.fetch import (
     fetch_async,
     guarded_async_client,
     guarded_client,
+    parse_allow_entry,
 )
 from archive.fetch import transport as fetch_transport
 
@@ -272,22 +279,118 @@ def test_classifier_rejects_non_addresses() -> None:
 def test_allowlist_hosts_cidrs_and_single_addresses() -> None:
     allow = AllowList.from_entries(["Intranet.Example.", "10.0.0.0/8", "192.168.1.5"])
     ip = ipaddress.ip_address
-    assert allow.permits("intranet.example", ip("172.16.0.1"))  # host match, any address
-    assert allow.permits("INTRANET.EXAMPLE.", ip("172.16.0.1"))
-    assert allow.permits("other", ip("10.9.8.7"))
-    assert allow.permits("other", ip("::ffff:10.9.8.7"))  # mapped form of an allowed CIDR
-    assert allow.permits("other", ip("192.168.1.5"))
-    assert not allow.permits("other", ip("192.168.1.6"))
-    assert not allow.permits("intranet.example.evil", ip("172.16.0.1"))
+    assert allow.permits("intranet.example", ip("172.16.0.1"), 443)  # host match, any address
+    assert allow.permits("INTRANET.EXAMPLE.", ip("172.16.0.1"), 80)
+    assert allow.permits("other", ip("10.9.8.7"), 443)
+    assert allow.permits("other", ip("::ffff:10.9.8.7"), 443)  # mapped form of an allowed CIDR
+    assert allow.permits("other", ip("192.168.1.5"), 80)
+    assert not allow.permits("other", ip("192.168.1.6"), 80)
+    assert not allow.permits("intranet.example.evil", ip("172.16.0.1"), 443)
+
+
+@pytest.mark.parametrize("entry", ["intranet.example", "10.0.0.0/8", "10.1.2.3", "[fd00::5]"])
+@pytest.mark.parametrize("port", [22, 25, 6379, 8080, 5432, 65535])
+def test_an_entry_without_a_port_opens_only_http_and_https(entry: str, port: int) -> None:
+    allow = AllowList.from_entries([entry])
+    address = ipaddress.ip_address("fd00::5" if "fd00" in entry else "10.1.2.3")
+    assert allow.permits("intranet.example", address, 80)
+    assert allow.permits("intranet.example", address, 443)
+    assert not allow.permits("intranet.example", address, port)
+
+
+def test_an_entry_with_a_port_opens_only_that_port() -> None:
+    allow = AllowList.from_entries(
+        ["wiki.internal:8080", "10.0.0.0/8:8443", "[fd00::7]:9000", "[fd01::/16]:9001"]
+    )
+    ip = ipaddress.ip_address
+    assert allow.permits("wiki.internal", ip("172.16.0.1"), 8080)
+    assert not allow.permits("wiki.internal", ip("172.16.0.1"), 80)
+    assert not allow.permits("wiki.internal", ip("172.16.0.1"), 443)
+    assert allow.permits("x", ip("10.4.4.4"), 8443)
+    assert not allow.permits("x", ip("10.4.4.4"), 443)
+    assert allow.permits("x", ip("fd00::7"), 9000)
+    assert not allow.permits("x", ip("fd00::7"), 9001)
+    assert allow.permits("x", ip("fd01:1::1"), 9001)
+    assert not allow.permits("x", ip("fd01:1::1"), 9000)
+
+
+def test_a_star_port_opens_every_port() -> None:
+    allow = AllowList.from_entries(["build.internal:*", "[::1]:*", "192.168.0.0/16:*"])
+    ip = ipaddress.ip_address
+    for port in (1, 80, 443, 6379, 65535):
+        assert allow.permits("build.internal", ip("10.0.0.1"), port)
+        assert allow.permits("x", ip("::1"), port)
+        assert allow.permits("x", ip("192.168.3.4"), port)
+    assert not allow.permits("x", ip("10.0.0.1"), 80)
+
+
+def test_the_same_host_may_be_listed_for_several_ports() -> None:
+    allow = AllowList.from_entries(["wiki.internal:8080", "wiki.internal:8081"])
+    address = ipaddress.ip_address("10.0.0.9")
+    assert allow.permits("wiki.internal", address, 8080)
+    assert allow.permits("wiki.internal", address, 8081)
+    assert not allow.permits("wiki.internal", address, 8082)
+
+
+@pytest.mark.parametrize(
+    ("entry", "host", "network", "ports"),
+    [
+        ("Wiki.Internal.", "wiki.internal", None, frozenset({80, 443})),
+        ("wiki.internal:8080", "wiki.internal", None, frozenset({8080})),
+        ("wiki.internal:*", "wiki.internal", None, None),
+        ("10.0.0.0/8", None, "10.0.0.0/8", frozenset({80, 443})),
+        ("10.0.0.0/8:22", None, "10.0.0.0/8", frozenset({22})),
+        ("::1/128", None, "::1/128", frozenset({80, 443})),
+        ("fd00::1", None, "fd00::1/128", frozenset({80, 443})),
+        ("[fd00::1]", None, "fd00::1/128", frozenset({80, 443})),
+        ("[fd00::1]:8443", None, "fd00::1/128", frozenset({8443})),
+        ("[fd00::/8]:*", None, "fd00::/8", None),
+        (" 127.0.0.1:65535 ", None, "127.0.0.1/32", frozenset({65535})),
+    ],
+)
+def test_allow_entries_parse(
+    entry: str, host: str | None, network: str | None, ports: frozenset[int] | None
+) -> None:
+    parsed = parse_allow_entry(entry)
+    assert parsed.host == host
+    assert parsed.network == (None if network is None else ipaddress.ip_network(network))
+    assert parsed.ports == ports
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "wiki.internal:0",
+        "wiki.internal:65536",
+        "wiki.internal:",
+        "wiki.internal:http",
+        "wiki.internal:８０",  # fullwidth digits are digits to str.isdigit, not to a port
+        "10.0.0.0/99",
+        "10.0.0.0/8:x",
+        "[fd00::1]8080",
+        "[fd00::1",
+        "http://wiki.internal",
+        "wiki internal",
+        "wiki.internal/path",
+        "fd00::1:8080x",
+    ],
+)
+def test_malformed_allow_entries_are_refused(entry: str) -> None:
+    with pytest.raises(ValueError, match="AMBER_FETCH_ALLOW"):
+        parse_allow_entry(entry)
+    with pytest.raises(ConfigurationError, match="AMBER_FETCH_ALLOW"):
+        Settings(fetch_allow=(entry,))
 
 
 def test_metadata_needs_the_exact_address_in_the_allowlist() -> None:
     metadata = ipaddress.ip_address("169.254.169.254")
-    broad = AllowList.from_entries(["169.254.0.0/16", "metadata.test"])
-    assert not broad.permits("metadata.test", metadata)
-    assert not broad.permits("x", ipaddress.ip_address("::ffff:169.254.169.254"))
-    assert broad.permits("x", ipaddress.ip_address("169.254.1.1"))  # plain link-local: opened
-    assert AllowList.from_entries(["169.254.169.254"]).permits("x", metadata)
+    broad = AllowList.from_entries(["169.254.0.0/16:*", "metadata.test:*"])
+    assert not broad.permits("metadata.test", metadata, 80)
+    assert not broad.permits("x", ipaddress.ip_address("::ffff:169.254.169.254"), 80)
+    assert broad.permits("x", ipaddress.ip_address("169.254.1.1"), 80)  # plain link-local
+    assert AllowList.from_entries(["169.254.169.254"]).permits("x", metadata, 80)
+    assert not AllowList.from_entries(["169.254.169.254"]).permits("x", metadata, 8080)
+    assert AllowList.from_entries(["169.254.169.254:8080"]).permits("x", metadata, 8080)
 
 
 # --------------------------------------------------------------------------------------
@@ -373,9 +476,11 @@ def test_non_http_or_malformed_urls_are_invalid(url: str) -> None:
 # Allowed fetches
 
 
-@pytest.mark.parametrize("allow", ["127.0.0.1", "127.0.0.0/8", "127.0.0.1/32"])
+@pytest.mark.parametrize(
+    "allow", ["127.0.0.1:{port}", "127.0.0.0/8:{port}", "127.0.0.1/32:*", "127.0.0.1:*"]
+)
 def test_loopback_allowed_by_address_or_cidr(origin: _Origin, allow: str) -> None:
-    doc = fetch(origin.url("/ok"), make_settings(allow))
+    doc = fetch(origin.url("/ok"), make_settings(allow.format(port=origin.port)))
     assert isinstance(doc, FetchedDocument)
     assert doc.status == 200 and doc.body == b"<p>hello</p>"
     assert doc.url == origin.url("/ok") == doc.final_url
@@ -383,13 +488,13 @@ def test_loopback_allowed_by_address_or_cidr(origin: _Origin, allow: str) -> Non
 
 
 def test_loopback_allowed_by_hostname(origin: _Origin) -> None:
-    doc = fetch(origin.url("/ok", host="localhost"), make_settings("LOCALHOST"))
+    doc = fetch(origin.url("/ok", host="localhost"), make_settings(f"LOCALHOST.:{origin.port}"))
     assert doc.body == b"<p>hello</p>"
     assert origin.seen == [(f"localhost:{origin.port}", "/ok")]
 
 
 def test_only_selected_headers_are_kept(origin: _Origin) -> None:
-    doc = fetch(origin.url("/ok"), make_settings("127.0.0.1"))
+    doc = fetch(origin.url("/ok"), make_settings(f"127.0.0.1:{origin.port}"))
     assert doc.content_type == "text/html; charset=utf-8"
     assert set(doc.headers) <= set(KEPT_HEADERS)
     assert doc.headers["etag"] == '"v1"'
@@ -405,7 +510,7 @@ def test_only_selected_headers_are_kept(origin: _Origin) -> None:
 
 
 def test_user_agent_and_caller_headers_are_sent(origin: _Origin) -> None:
-    settings = make_settings("127.0.0.1", user_agent="AmberTest/1")
+    settings = make_settings(f"127.0.0.1:{origin.port}", user_agent="AmberTest/1")
     doc = fetch(origin.url("/echo"), settings, headers={"Accept-Language": "fr"})
     seen = json.loads(doc.body)
     assert seen["user-agent"] == "AmberTest/1"
@@ -424,7 +529,7 @@ def test_connects_to_the_checked_address_with_the_name_as_host(
         return real_getaddrinfo(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", numeric_only)
-    doc = fetch(origin.url("/echo", host="amber.test"), make_settings("127.0.0.0/8"))
+    doc = fetch(origin.url("/echo", host="amber.test"), make_settings("127.0.0.0/8:*"))
     assert json.loads(doc.body)["host"] == f"amber.test:{origin.port}"
     assert calls == [("amber.test", origin.port)]
 
@@ -455,13 +560,13 @@ def test_rebinding_cannot_swap_the_address_after_the_check(
 def test_guarded_client_refuses_on_its_own(origin: _Origin) -> None:
     with guarded_client(make_settings()) as client, pytest.raises(FetchRefused):
         client.get(origin.url("/ok"))
-    with guarded_client(make_settings("127.0.0.1")) as client:
+    with guarded_client(make_settings(f"127.0.0.1:{origin.port}")) as client:
         assert client.get(origin.url("/ok")).status_code == 200
 
 
 def test_unguarded_clients_are_not_accepted(origin: _Origin) -> None:
     with httpx.Client() as plain, pytest.raises(TypeError):
-        fetch(origin.url("/ok"), make_settings("127.0.0.1"), client=plain)
+        fetch(origin.url("/ok"), make_settings(f"127.0.0.1:{origin.port}"), client=plain)
     assert origin.seen == []
 
 
@@ -470,7 +575,7 @@ def test_unguarded_clients_are_not_accepted(origin: _Origin) -> None:
 
 
 def test_redirect_chain_is_recorded(origin: _Origin) -> None:
-    doc = fetch(origin.url("/hop/3"), make_settings("127.0.0.1"))
+    doc = fetch(origin.url("/hop/3"), make_settings(f"127.0.0.1:{origin.port}"))
     assert doc.body == b"landed"
     assert doc.url == origin.url("/hop/3")
     assert doc.redirects == (origin.url("/hop/2"), origin.url("/hop/1"), origin.url("/hop/0"))
@@ -478,14 +583,16 @@ def test_redirect_chain_is_recorded(origin: _Origin) -> None:
 
 
 def test_redirects_up_to_the_limit_are_followed(origin: _Origin) -> None:
-    doc = fetch(origin.url("/hop/2"), make_settings("127.0.0.1", fetch_max_redirects=2))
+    doc = fetch(
+        origin.url("/hop/2"), make_settings(f"127.0.0.1:{origin.port}", fetch_max_redirects=2)
+    )
     assert len(doc.redirects) == 2
 
 
 @pytest.mark.parametrize("path", ["/hop/3", "/loop"])
 def test_too_many_redirects(origin: _Origin, path: str) -> None:
     with pytest.raises(FetchError, match="too many redirects") as caught:
-        fetch(origin.url(path), make_settings("127.0.0.1", fetch_max_redirects=2))
+        fetch(origin.url(path), make_settings(f"127.0.0.1:{origin.port}", fetch_max_redirects=2))
     assert not isinstance(caught.value, FetchRefused)
 
 
@@ -493,14 +600,14 @@ def test_redirect_from_allowed_host_to_unallowed_loopback_name(origin: _Origin) 
     # "localhost" is allowed by name; the hop to 127.0.0.1 is neither that name nor a CIDR.
     start = origin.url(f"/to?u={origin.url('/ok')}", host="localhost")
     with pytest.raises(FetchRefused, match="127.0.0.1"):
-        fetch(start, make_settings("localhost"))
+        fetch(start, make_settings(f"localhost:{origin.port}"))
     assert origin.paths == [f"/to?u={origin.url('/ok')}"]
 
 
 def test_redirect_to_address_outside_allowed_set_is_refused(origin: _Origin) -> None:
     target = f"http://127.0.0.2:{origin.port}/ok"
     with pytest.raises(FetchRefused, match="127.0.0.2"):
-        fetch(origin.url(f"/to?u={target}"), make_settings("127.0.0.1"))
+        fetch(origin.url(f"/to?u={target}"), make_settings(f"127.0.0.1:{origin.port}"))
 
 
 def test_redirect_to_name_resolving_private_is_refused(
@@ -509,16 +616,35 @@ def test_redirect_to_name_resolving_private_is_refused(
     stub_dns(monkeypatch, {"internal.test": ["10.0.0.7"]})
     target = f"http://internal.test:{origin.port}/ok"
     with pytest.raises(FetchRefused, match="private"):
-        fetch(origin.url(f"/to?u={target}"), make_settings("127.0.0.0/8"))
+        fetch(origin.url(f"/to?u={target}"), make_settings("127.0.0.0/8:*"))
+
+
+@pytest.mark.parametrize("allow", ["127.0.0.1", "localhost", "127.0.0.0/8", "127.0.0.1:1"])
+def test_an_entry_for_other_ports_does_not_open_this_one(origin: _Origin, allow: str) -> None:
+    with pytest.raises(FetchRefused) as caught:
+        fetch(origin.url("/ok", host="localhost"), make_settings(allow))
+    message = caught.value.message
+    assert f"port {origin.port}" in message and "80 and 443 only" in message
+    assert origin.paths == []  # refused before connecting
+
+
+def test_redirect_to_another_port_of_an_allowed_host_is_refused(origin: _Origin) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        other = probe.getsockname()[1]
+    target = f"http://127.0.0.1:{other}/admin"
+    with pytest.raises(FetchRefused, match=f"port {other}"):
+        fetch(origin.url(f"/to?u={target}"), make_settings(f"127.0.0.1:{origin.port}"))
+    assert origin.paths == [f"/to?u={target}"]
 
 
 def test_redirect_to_non_http_scheme_is_refused(origin: _Origin) -> None:
     with pytest.raises(FetchRefused, match="file"):
-        fetch(origin.url("/to?u=file:///etc/passwd"), make_settings("127.0.0.1"))
+        fetch(origin.url("/to?u=file:///etc/passwd"), make_settings(f"127.0.0.1:{origin.port}"))
 
 
 def test_credentials_do_not_follow_a_cross_origin_redirect(origin: _Origin) -> None:
-    settings = make_settings("127.0.0.1", "localhost")
+    settings = make_settings(f"127.0.0.1:{origin.port}", f"localhost:{origin.port}")
     auth = {"Authorization": "Bearer t0ken"}
     same = fetch(origin.url("/to?u=/echo"), settings, headers=auth)
     assert json.loads(same.body)["authorization"] == "Bearer t0ken"
@@ -534,29 +660,31 @@ def test_credentials_do_not_follow_a_cross_origin_redirect(origin: _Origin) -> N
 
 def test_announced_length_over_cap(origin: _Origin) -> None:
     with pytest.raises(FetchTooLarge, match="announced 5000"):
-        fetch(origin.url("/big"), make_settings("127.0.0.1", fetch_max_bytes=1000))
+        fetch(origin.url("/big"), make_settings(f"127.0.0.1:{origin.port}", fetch_max_bytes=1000))
 
 
 @pytest.mark.parametrize("path", ["/stream", "/unsized"])
 def test_streamed_body_over_cap(origin: _Origin, path: str) -> None:
     with pytest.raises(FetchTooLarge, match="exceeded"):
-        fetch(origin.url(path), make_settings("127.0.0.1", fetch_max_bytes=1000))
+        fetch(origin.url(path), make_settings(f"127.0.0.1:{origin.port}", fetch_max_bytes=1000))
 
 
 def test_streamed_body_within_cap(origin: _Origin) -> None:
-    doc = fetch(origin.url("/stream"), make_settings("127.0.0.1", fetch_max_bytes=10_000))
+    doc = fetch(
+        origin.url("/stream"), make_settings(f"127.0.0.1:{origin.port}", fetch_max_bytes=10_000)
+    )
     assert doc.body == b"y" * 10_000
 
 
 def test_read_timeout(origin: _Origin) -> None:
-    settings = make_settings("127.0.0.1", fetch_timeout_seconds=0.3)
+    settings = make_settings(f"127.0.0.1:{origin.port}", fetch_timeout_seconds=0.3)
     with pytest.raises(FetchError, match="timed out") as caught:
         fetch(origin.url("/slow"), settings)
     assert type(caught.value) is FetchError
 
 
 def test_overall_deadline_stops_a_dripping_server(origin: _Origin) -> None:
-    settings = make_settings("127.0.0.1", fetch_timeout_seconds=0.2)
+    settings = make_settings(f"127.0.0.1:{origin.port}", fetch_timeout_seconds=0.2)
     started = time.monotonic()
     with pytest.raises(FetchError, match="longer than"):
         fetch(origin.url("/drip"), settings)
@@ -586,7 +714,7 @@ def test_connection_refused() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(FetchError, match="127.0.0.1") as caught:
-        fetch(f"http://127.0.0.1:{port}/", make_settings("127.0.0.1"))
+        fetch(f"http://127.0.0.1:{port}/", make_settings(f"127.0.0.1:{port}"))
     assert type(caught.value) is FetchError
 
 
@@ -599,7 +727,7 @@ def run(coro_factory: Callable[[], Any]) -> Any:
 
 
 def test_async_fetch_follows_redirects(origin: _Origin) -> None:
-    doc = run(lambda: fetch_async(origin.url("/hop/2"), make_settings("127.0.0.0/8")))
+    doc = run(lambda: fetch_async(origin.url("/hop/2"), make_settings("127.0.0.0/8:*")))
     assert doc.body == b"landed"
     assert doc.redirects == (origin.url("/hop/1"), origin.url("/hop/0"))
     assert doc.final_url == origin.url("/hop/0")
@@ -613,19 +741,23 @@ def test_async_refusals(origin: _Origin, monkeypatch: pytest.MonkeyPatch) -> Non
         run(lambda: fetch_async("http://intranet.test/", make_settings()))
     target = f"http://127.0.0.2:{origin.port}/ok"
     with pytest.raises(FetchRefused, match="127.0.0.2"):
-        run(lambda: fetch_async(origin.url(f"/to?u={target}"), make_settings("127.0.0.1")))
+        run(
+            lambda: fetch_async(
+                origin.url(f"/to?u={target}"), make_settings(f"127.0.0.1:{origin.port}")
+            )
+        )
     with pytest.raises(InvalidURI):
         run(lambda: fetch_async("file:///etc/passwd", make_settings()))
     assert origin.paths == [f"/to?u={target}"]
 
 
 def test_async_caps_and_timeouts(origin: _Origin, monkeypatch: pytest.MonkeyPatch) -> None:
-    capped = make_settings("127.0.0.1", fetch_max_bytes=1000)
+    capped = make_settings(f"127.0.0.1:{origin.port}", fetch_max_bytes=1000)
     with pytest.raises(FetchTooLarge):
         run(lambda: fetch_async(origin.url("/stream"), capped))
     with pytest.raises(FetchTooLarge):
         run(lambda: fetch_async(origin.url("/big"), capped))
-    quick = make_settings("127.0.0.1", fetch_timeout_seconds=0.3)
+    quick = make_settings(f"127.0.0.1:{origin.port}", fetch_timeout_seconds=0.3)
     with pytest.raises(FetchError, match="timed out"):
         run(lambda: fetch_async(origin.url("/slow"), quick))
 
@@ -639,7 +771,7 @@ def test_async_caps_and_timeouts(origin: _Origin, monkeypatch: pytest.MonkeyPatc
 
 
 def test_async_shared_client(origin: _Origin) -> None:
-    settings = make_settings("127.0.0.1")
+    settings = make_settings(f"127.0.0.1:{origin.port}")
 
     async def job() -> list[FetchedDocument]:
         async with guarded_async_client(settings) as client:

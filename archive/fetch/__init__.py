@@ -5,7 +5,8 @@ Amber fetches URLs that agents and users hand it, so a fetch is a classic SSRF v
 metadata endpoint would let a caller read what only the server can reach.
 
 - :mod:`archive.fetch.policy`: which addresses may be reached (private, loopback, metadata
-  and reserved ranges are refused; ``AMBER_FETCH_ALLOW`` opens hosts and CIDRs).
+  and reserved ranges are refused; ``AMBER_FETCH_ALLOW`` opens hosts and CIDRs, each on
+  the ports its entry names: 80 and 443 unless ``:port`` or ``:*`` says otherwise).
 - :mod:`archive.fetch.transport`: the guarded transport, which resolves a name once, vets
   every address and connects only to a vetted one (no DNS rebinding window, no env proxies).
 - :mod:`archive.fetch.fetcher`: the fetch itself — ``http``/``https`` only, redirects
@@ -19,7 +20,14 @@ does not follow redirects or cap bodies — that is what ``fetch`` adds.
 """
 
 from archive.fetch.fetcher import KEPT_HEADERS, FetchedDocument, fetch, fetch_async
-from archive.fetch.policy import AllowList, blocked_reason, is_metadata
+from archive.fetch.policy import (
+    DEFAULT_PORTS,
+    AllowEntry,
+    AllowList,
+    blocked_reason,
+    is_metadata,
+    parse_allow_entry,
+)
 from archive.fetch.transport import (
     AsyncGuardedBackend,
     GuardedBackend,
@@ -29,7 +37,9 @@ from archive.fetch.transport import (
 )
 
 __all__ = [
+    "DEFAULT_PORTS",
     "KEPT_HEADERS",
+    "AllowEntry",
     "AllowList",
     "AsyncGuardedBackend",
     "FetchedDocument",
@@ -40,5 +50,6 @@ __all__ = [
     "guarded_async_client",
     "guarded_client",
     "is_metadata",
+    "parse_allow_entry",
     "resolve",
 ]

@@ -4,14 +4,17 @@ Every address a name resolves to is classified: loopback, private (RFC 1918, uni
 link-local, shared/CGNAT, reserved, documentation, multicast and cloud metadata addresses are
 refused by default, and so is an IPv6 form that embeds one of them (mapped, NAT64, 6to4).
 ``AMBER_FETCH_ALLOW`` (:class:`AllowList`) opens hostnames (exact, case-insensitive) or
-CIDRs / single addresses. Cloud metadata addresses open only when listed as that exact
-address: allowing ``169.254.0.0/16`` or an internal hostname must not quietly expose
+CIDRs / single addresses, each on the ports it names (``host:8080``, ``[fd00::1]:8443``,
+``10.0.0.0/8:*``) or, without a port, on 80 and 443 only: naming an intranet web server
+must not open its database port too. Cloud metadata addresses open only when listed as that
+exact address: allowing ``169.254.0.0/16`` or an internal hostname must not quietly expose
 instance credentials.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -137,41 +140,101 @@ def _normalize_host(host: str) -> str:
     return host.strip("[]").rstrip(".").lower()
 
 
+DEFAULT_PORTS = frozenset({80, 443})  # what an entry without a port opens: http and https
+
+_HOSTNAME = re.compile(
+    r"(?i)[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*\.?"
+)
+
+
+@dataclass(frozen=True)
+class AllowEntry:
+    """One ``AMBER_FETCH_ALLOW`` entry: a hostname or a network, and the ports it opens.
+
+    ``ports`` is ``None`` for ``:*`` (every port); an entry without a port opens
+    :data:`DEFAULT_PORTS` only, so naming a host never exposes its other services.
+    """
+
+    host: str | None
+    network: IPNetwork | None
+    ports: frozenset[int] | None
+
+    def opens(self, port: int) -> bool:
+        return self.ports is None or port in self.ports
+
+
+def parse_allow_entry(text: str) -> AllowEntry:
+    """``host``, ``host:port``, ``host:*``, an address or CIDR likewise (IPv6 in brackets
+    when a port follows: ``[fd00::1]:8080``, ``[fd00::/8]:*``). :class:`ValueError` if
+    malformed."""
+    entry = text.strip()
+    target, port_text = _split_port(entry)
+    ports = _parse_ports(port_text, entry)
+    try:
+        return AllowEntry(None, ipaddress.ip_network(target, strict=False), ports)
+    except ValueError:
+        pass
+    if "/" in target or ":" in target or not _HOSTNAME.fullmatch(target):
+        raise ValueError(f"AMBER_FETCH_ALLOW entry {entry!r} is not a host, address or CIDR")
+    return AllowEntry(_normalize_host(target), None, ports)
+
+
+def _split_port(entry: str) -> tuple[str, str | None]:
+    if entry.startswith("["):
+        inner, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"AMBER_FETCH_ALLOW entry {entry!r}: write [IPv6]:port")
+        return inner, rest[1:] if rest else None
+    if entry.count(":") > 1:  # a bare IPv6 address or CIDR: no port without brackets
+        return entry, None
+    target, colon, port = entry.partition(":")
+    return target, port if colon else None
+
+
+def _parse_ports(port: str | None, entry: str) -> frozenset[int] | None:
+    if port is None:
+        return DEFAULT_PORTS
+    if port == "*":
+        return None
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"AMBER_FETCH_ALLOW entry {entry!r}: the port must be 1-65535 or *")
+    return frozenset({int(port)})
+
+
 @dataclass(frozen=True)
 class AllowList:
-    """``AMBER_FETCH_ALLOW``: hostnames, and CIDRs or single addresses, that may be private."""
+    """``AMBER_FETCH_ALLOW``: hostnames, and CIDRs or single addresses, that may be private,
+    each on the ports its entry names (default: 80 and 443)."""
 
-    hosts: frozenset[str] = frozenset()
-    networks: tuple[IPNetwork, ...] = ()
+    entries: tuple[AllowEntry, ...] = ()
 
     @classmethod
     def from_entries(cls, entries: Iterable[str]) -> AllowList:
-        hosts: set[str] = set()
-        networks: list[IPNetwork] = []
-        for entry in (e.strip() for e in entries):
-            if not entry:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-            except ValueError:
-                hosts.add(_normalize_host(entry))
-        return cls(frozenset(hosts), tuple(networks))
+        return cls(tuple(parse_allow_entry(e) for e in entries if e.strip()))
 
-    def _covers(self, ip: IPAddress, *, exact: bool = False) -> bool:
+    def _covers(self, ip: IPAddress, port: int, *, exact: bool = False) -> bool:
         candidates = {_plain(ip), _effective(ip)}
         return any(
-            c.version == net.version and c in net and (not exact or net.num_addresses == 1)
-            for net in self.networks
+            c.version == entry.network.version
+            and c in entry.network
+            and (not exact or entry.network.num_addresses == 1)
+            for entry in self.entries
+            if entry.network is not None and entry.opens(port)
             for c in candidates
         )
 
-    def permits(self, host: str, ip: IPAddress) -> bool:
-        if is_metadata(ip):  # only an entry naming this very address opens it
-            return self._covers(ip, exact=True)
-        return _normalize_host(host) in self.hosts or self._covers(ip)
+    def _names(self, host: str, port: int) -> bool:
+        name = _normalize_host(host)
+        return any(e.host == name and e.opens(port) for e in self.entries)
 
-    def vet(self, host: str, addresses: Sequence[IPAddress]) -> list[IPAddress]:
-        """All of ``addresses`` if each is public or allowed; else :class:`FetchRefused`.
+    def permits(self, host: str, ip: IPAddress, port: int) -> bool:
+        if is_metadata(ip):  # only an entry naming this very address opens it
+            return self._covers(ip, port, exact=True)
+        return self._names(host, port) or self._covers(ip, port)
+
+    def vet(self, host: str, port: int, addresses: Sequence[IPAddress]) -> list[IPAddress]:
+        """All of ``addresses`` if each is public or allowed on ``port``; else
+        :class:`FetchRefused`.
 
         One bad answer refuses the whole name: a name that mixes public and private
         addresses is exactly what a rebinding attack looks like.
@@ -180,18 +243,20 @@ class AllowList:
             raise FetchError(f"{host!r} did not resolve to any address", host=host)
         for ip in addresses:
             reason = blocked_reason(ip)
-            if reason is not None and not self.permits(host, ip):
+            if reason is not None and not self.permits(host, ip, port):
                 raise FetchRefused(
-                    _refusal(host, ip, reason), host=host, address=str(ip), reason=reason
+                    _refusal(host, ip, port, reason), host=host, address=str(ip), reason=reason
                 )
         return list(addresses)
 
 
-def _refusal(host: str, ip: IPAddress, reason: str) -> str:
+def _refusal(host: str, ip: IPAddress, port: int, reason: str) -> str:
     where = f"{host!r}" if parse_ip(host) is not None else f"{host!r} (resolves to {ip})"
-    hint = (
-        "metadata endpoints open only when AMBER_FETCH_ALLOW lists that exact address"
-        if is_metadata(ip)
-        else "add the host or a CIDR to AMBER_FETCH_ALLOW if this is intended"
-    )
-    return f"refused to fetch {where}: {reason}; {hint}"
+    if is_metadata(ip):
+        hint = "metadata endpoints open only when AMBER_FETCH_ALLOW lists that exact address"
+    else:
+        hint = (
+            f"add the host or a CIDR with port {port} to AMBER_FETCH_ALLOW if this is intended"
+            " (an entry without a port opens 80 and 443 only)"
+        )
+    return f"refused to fetch {where} port {port}: {reason}; {hint}"

@@ -156,7 +156,7 @@ class GuardedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = self._allow.vet(host, _resolve_sync(host, port, timeout))
+        addresses = self._allow.vet(host, port, _resolve_sync(host, port, timeout))
         options = list(socket_options or ())
         return _connect_first(
             addresses,
@@ -190,7 +190,7 @@ class AsyncGuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        addresses = self._allow.vet(host, await _resolve_async(host, port, timeout))
+        addresses = self._allow.vet(host, port, await _resolve_async(host, port, timeout))
         options = list(socket_options or ())
         failure: Exception | None = None
         for ip in addresses:  # same policy as _connect_first, awaited
