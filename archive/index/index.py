@@ -45,6 +45,7 @@ from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
 from archive.index.navigation import Neighbours, TimeTravel
 from archive.index.prepared import Lookups, PreparedWrite
+from archive.index.recorded import RecordedSettings
 from archive.index.rows import (
     RowView,
     StoredResponse,
@@ -97,6 +98,7 @@ class Index:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
         self.inserts = RowInserter(self._writer, self.dialect)
+        self.recorded = RecordedSettings(self._writer, self._reader, self.dialect)
         self.idempotency = IdempotencyKeys(self.inserts, self.dialect)
         self._extend_each = PreparedWrite(_EXTEND_EACH, self._writer)
         self.lookups = Lookups(
