@@ -200,3 +200,23 @@ def test_the_readme_tour_works_when_pasted(
     # The CLI, sharing the index, prints the same URI-M the server issued.
     timemap = terminal.run("amber timemap 'https://example.org/leave?lang=en'")
     assert [json.loads(line)["uri_m"] for line in timemap.stdout.splitlines()] == [uri_m]
+
+
+def test_the_reference_tables_name_real_commands_and_settings() -> None:
+    """Every ``amber`` command is in the README's table; every setting the README or
+    docs/operations.md names exists, and docs/operations.md names every setting."""
+    from dataclasses import fields
+
+    from api.cli import main
+    from archive.config import ENV_PREFIX, Settings
+
+    readme = README.read_text(encoding="utf-8")
+    operations = (README.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    for name in main.commands:
+        assert f"`amber {name}" in readme, name
+    known = {ENV_PREFIX + f.name.upper() for f in fields(Settings) if f.name != "extra"}
+    known.add(ENV_PREFIX + "CONFIG")
+    for text in (readme, operations):
+        named = set(re.findall(r"`(AMBER_[A-Z0-9_]+)`", text))
+        assert named <= known, named - known
+    assert known <= set(re.findall(r"`(AMBER_[A-Z0-9_]+)`", operations)), "undocumented"
