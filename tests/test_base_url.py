@@ -187,3 +187,16 @@ def test_a_server_bound_to_every_address_needs_a_configured_base(tmp_path: Path)
     refused = _amber(env, "serve", "--host", "0.0.0.0", "--port", str(free_port()))
     assert refused.returncode != 0
     assert "AMBER_PUBLIC_BASE_URL" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_cli_command_before_any_server_records_the_default_and_says_so(tmp_path: Path) -> None:
+    env = {"AMBER_DATA_DIR": str(tmp_path / "amber-data")}
+    first = _amber(env, "timemap", URI_R)  # an empty TimeMap: exit 1, base recorded first
+    assert "Recorded http://127.0.0.1:8000 as the base of every URI-M" in first.stderr
+    assert "no mementos of this URI-R" in first.stderr
+    again = _amber(env, "timemap", URI_R)
+    assert "Recorded" not in again.stderr and "no mementos" in again.stderr
+    refused = _amber({**env, "AMBER_PUBLIC_BASE_URL": "http://127.0.0.1:8765"}, "timemap", URI_R)
+    assert refused.returncode != 0
+    assert "URI-Ms are under http://127.0.0.1:8000" in refused.stderr
