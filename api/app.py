@@ -72,7 +72,11 @@ def create_app(
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
         if owned:
-            urls.rebase(app.state.archive.settle_base_url(urls.base).url)
+            try:
+                urls.rebase(app.state.archive.settle_base_url(urls.base).url)
+            except BaseException:
+                app.state.archive.close()
+                raise
         assert isinstance(app, AmberApp)
         app.state.gatekeeper.keys = app.state.archive.keys
         app.memento_route.start(app.state.archive)
