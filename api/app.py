@@ -26,6 +26,7 @@ from api.urls import Urls
 from archive import __version__
 from archive.access.ratelimit import RateLimiter
 from archive.archive import Archive
+from archive.base_url import DEFAULT_PUBLIC_BASE_URL
 from archive.config import Settings
 
 DESCRIPTION = """
@@ -62,12 +63,20 @@ def create_app(
     archive behaviour; every request then acts with all roles in the default tenant.
     """
     settings = settings or Settings.from_env()
-    base_url = settings.public_base_url or "http://127.0.0.1:8000"
+    # The recorded base wins once the archive is open (archive/base_url.py); until then
+    # the configured one, or the default address.
+    urls = Urls(settings.public_base_url or DEFAULT_PUBLIC_BASE_URL)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = archive is None
         app.state.archive = archive or Archive.open(settings)
+        if owned:
+            try:
+                urls.rebase(app.state.archive.settle_base_url(urls.base).url)
+            except BaseException:
+                app.state.archive.close()
+                raise
         assert isinstance(app, AmberApp)
         app.state.gatekeeper.keys = app.state.archive.keys
         app.memento_route.start(app.state.archive)
@@ -91,12 +100,13 @@ def create_app(
         RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         archive.keys if archive is not None else None,
     )
-    app.state.urls = Urls(base_url)
+    app.state.urls = urls
     app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
     app.write_route = fastpath.WriteRoute(
         app.state.gatekeeper, app.state.urls, settings.max_body_bytes
     )
     if archive is not None:
+        urls.rebase(archive.settle_base_url(urls.base).url)
         app.state.archive = archive
         app.memento_route.start(archive)
         app.write_route.start(archive)

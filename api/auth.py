@@ -73,11 +73,18 @@ class Gatekeeper:
             principal = await keys.verify_async(presented)
         self.rate_limiter.take(principal.key_id)
         if principal.roles.isdisjoint(allowed):
-            raise Forbidden(
-                f"role {principal.role!r} may not do this; needs one of "
-                + ", ".join(sorted(r.value for r in allowed))
-            )
+            raise Forbidden(forbidden_message(principal, allowed))
         return principal
+
+
+def forbidden_message(principal: Principal, allowed: frozenset[Role]) -> str:
+    """Why a key may not do this, and the command that makes one that may."""
+    roles = sorted(r.value for r in allowed)
+    return (
+        f"role {principal.role!r} may not do this; needs one of {', '.join(roles)}. "
+        f"Create such a key with: amber keys create --tenant {principal.tenant} "
+        f"--role {roles[0]}"
+    )
 
 
 def bearer_token(authorization: str | None) -> str | None:

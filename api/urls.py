@@ -25,6 +25,11 @@ _COLLAPSED_SLASH = re.compile(r"^(https?):/(?!/)", re.IGNORECASE)
 
 class Urls:
     def __init__(self, base: str) -> None:
+        self.rebase(base)
+
+    def rebase(self, base: str) -> None:
+        """Mint under ``base`` from now on: the app learns the index's recorded base only
+        once its archive is open, after the routes were given this object."""
         self.base = base.rstrip("/")
         # The base as it goes into Link headers. to_ascii_uri works character by character,
         # so an ASCII base followed by an ASCII URI-R is the ASCII form of the whole URL.

@@ -30,6 +30,7 @@ from archive.config import CitationPolicy, DriftPolicy, Settings
 from archive.drift import CheckRecord, CitationDrift, Review, RunSummary, SourceRate
 from archive.exceptions import (
     AmberError,
+    BaseUrlMismatch,
     BlobNotFound,
     CitationNotFound,
     CitationsRejected,
@@ -70,6 +71,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AmberError",
     "Archive",
+    "BaseUrlMismatch",
     "BlobNotFound",
     "CaptureFacts",
     "CheckRecord",

@@ -15,6 +15,12 @@ import anyio
 
 from archive.access.audit import ReadAudit
 from archive.access.keys import KeyRing, load_server_secret
+from archive.base_url import (
+    DEFAULT_PUBLIC_BASE_URL,
+    SettledBaseUrl,
+    move_base_url,
+    settle_base_url,
+)
 from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk, TranscriptBook
 from archive.committer import CommitCounts
@@ -113,6 +119,17 @@ class Archive:
         self.keys.close()
         self.index.close()
         self.blobs.close()
+
+    # -- the public base URL (archive.base_url says why it is recorded) -------------------
+
+    def settle_base_url(self, fallback: str | None = DEFAULT_PUBLIC_BASE_URL) -> SettledBaseUrl:
+        """The base every URI-M of this index is minted under: the recorded one, else
+        ``AMBER_PUBLIC_BASE_URL`` or ``fallback``, recorded now. Raises BaseUrlMismatch."""
+        return settle_base_url(self.index.recorded, self.settings.public_base_url, fallback)
+
+    def move_base_url(self, new_base: str) -> tuple[str | None, str]:
+        """Record another base for every URI-M (an operator's explicit decision)."""
+        return move_base_url(self.index.recorded, new_base)
 
     # -- writing (archive.writes does the work) -------------------------------------------
 

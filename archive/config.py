@@ -137,7 +137,9 @@ class Settings:
     blob_store: str = ""  # default: file:// directory inside data_dir
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
-    public_base_url: str | None = None  # default: the address the server listens on
+    # The base of every URI-M. Recorded in the index by the first server (or CLI command
+    # that prints a URI-M): then every process uses the recorded one (archive/base_url.py).
+    public_base_url: str | None = None  # default: the address the first server listens on
     # Private hosts/addresses/CIDRs the fetcher may reach: "host" opens ports 80 and 443,
     # "host:8080" that port, "host:*" every port; IPv6 with a port in brackets.
     fetch_allow: tuple[str, ...] = ()
@@ -197,6 +199,8 @@ class Settings:
             raise ConfigurationError("AMBER_IDEMPOTENCY_TTL_HOURS must be 1 or more")
         if self.uri_m_cache_mb < 0:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
+        if self.public_base_url is not None:
+            object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
 
     @cached_property
     def citations(self) -> CitationPolicy:
@@ -285,6 +289,25 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     if sections:
         flat["extra"] = sections
     return flat
+
+
+def normalise_base_url(value: str) -> str:
+    """A public base URL as URI-Ms start with it: absolute http(s), no credentials, query or
+    fragment, no trailing slash (``http://a/`` and ``http://a`` are one base)."""
+    parts = urlsplit(value.strip())
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or parts.query
+        or parts.fragment
+        or any(c.isspace() or ord(c) < 0x21 for c in value.strip())
+    ):
+        raise ConfigurationError(
+            "AMBER_PUBLIC_BASE_URL must be an absolute http(s) URL without credentials, "
+            "query or fragment, like https://amber.example.org"
+        )
+    return urlunsplit((parts.scheme, parts.netloc.lower(), parts.path.rstrip("/"), "", ""))
 
 
 def _validate_allow_entry(entry: str) -> None:

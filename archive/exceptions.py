@@ -33,6 +33,7 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── FetchRefused              the fetch guard refused the destination
     │   └── FetchTooLarge             the response exceeded the size cap
     └── ConfigurationError            settings that cannot work together
+        └── BaseUrlMismatch           AMBER_PUBLIC_BASE_URL differs from the one the index recorded
 """
 
 from __future__ import annotations
@@ -198,3 +199,10 @@ class FetchTooLarge(FetchError):
 
 class ConfigurationError(AmberError):
     code = "configuration_error"
+
+
+class BaseUrlMismatch(ConfigurationError):
+    """The configured public base URL is not the one the index recorded: URI-Ms are
+    permanent, so a process refuses to mint them under another base until told to move."""
+
+    code = "base_url_mismatch"

@@ -392,3 +392,20 @@ def test_healthz_and_openapi_are_public(world: World) -> None:
     assert world.client.get("/healthz").status_code == 200
     spec = world.client.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+@pytest.mark.parametrize("tenant", ["default", "other"])
+def test_a_refused_role_is_told_the_command_that_makes_a_key_that_may(
+    world: World, tenant: str
+) -> None:
+    """The newcomer's first 403: the admin key printed at first start cannot store evidence;
+    the answer names the command that makes an agent key for the same tenant."""
+    response = world.client.post(
+        "/api/v1/mementos",
+        json={"uri_r": URI_R, "content": "x", "content_type": "text/plain"},
+        headers=world.as_(tenant, Role.ADMIN),
+    )
+    assert response.status_code == 403, response.text
+    message = response.json()["error"]["message"]
+    assert "role 'admin' may not do this; needs one of agent" in message
+    assert f"amber keys create --tenant {tenant} --role agent" in message

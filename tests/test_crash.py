@@ -173,14 +173,9 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
     assert rows >= len(load.acked)
 
     # The crashed store comes back: a new server serves what was acknowledged and writes.
+    # It listens elsewhere but keeps the recorded public base URL: URI-Ms are permanent.
     restart_port = free_port()
-    again = start_server(
-        {
-            **env_for(settings, f"http://127.0.0.1:{restart_port}"),
-            "AMBER_RATE_LIMIT_PER_SECOND": "0",
-        },
-        restart_port,
-    )
+    again = start_server(env, restart_port)
     with (
         again,
         httpx.Client(
@@ -215,6 +210,7 @@ def test_sigkill_during_concurrent_writes_keeps_every_acknowledged_memento(
         )
         assert replay.status_code == 200, replay.text  # idempotent: already stored
         assert replay.json()["id"] == replay_ack["id"]
+        assert replay.json()["uri_m"] == replay_ack["uri_m"]  # the same URI-M after restart
 
     elapsed = time.monotonic() - started
     print(

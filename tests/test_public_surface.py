@@ -11,6 +11,7 @@ from archive.exceptions import AmberError
 PUBLIC = [
     "AmberError",
     "Archive",
+    "BaseUrlMismatch",
     "BlobNotFound",
     "CaptureFacts",
     "CheckRecord",

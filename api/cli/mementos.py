@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from api.cli.shared import echo_json, load_settings, memento_summary, public_base_url
+from api.cli.shared import echo_json, load_settings, memento_summary, minted_base_url, opened
 from archive.archive import Archive
 from archive.exceptions import AmberError
 from archive.index import DEFAULT_TENANT
@@ -30,6 +30,7 @@ def capture(url: str, tool: str, as_json: bool) -> None:
     settings = load_settings()
     archive = Archive.open(settings)
     try:
+        base_url = minted_base_url(archive)  # refuse a mismatched base before storing
         document = fetch(url, settings)
         result = archive.write_memento(
             MementoRequest(
@@ -49,7 +50,7 @@ def capture(url: str, tool: str, as_json: bool) -> None:
         raise click.ClickException(error.message) from None
     finally:
         archive.close()
-    summary = memento_summary(result.memento, public_base_url(settings))
+    summary = memento_summary(result.memento, base_url)
     if as_json:
         echo_json(summary)
     else:
@@ -67,11 +68,12 @@ def timemap(url: str, tenant: str) -> None:
     settings = load_settings()
     archive = Archive.open(settings)
     try:
+        base_url = minted_base_url(archive)
         page = 1
         while True:
             found = archive.timemap(tenant, url, page)
             for memento in found.mementos:
-                click.echo(json.dumps(memento_summary(memento, public_base_url(settings))))
+                click.echo(json.dumps(memento_summary(memento, base_url)))
             if page >= found.pages:
                 break
             page += 1
@@ -97,7 +99,7 @@ def show(memento_id: str, tenant: str, content: bool) -> None:
         if content:
             sys.stdout.buffer.write(archive.read_content(memento))
             return
-        echo_json(memento_summary(memento, public_base_url(settings)))
+        echo_json(memento_summary(memento, minted_base_url(archive)))
     except AmberError as error:
         raise click.ClickException(error.message) from None
     finally:
@@ -130,10 +132,32 @@ def verify() -> None:
         raise SystemExit(1)
 
 
-@click.command("config")
-def show_config() -> None:
+@click.group("config", invoke_without_command=True)
+@click.pass_context
+def show_config(context: click.Context) -> None:
     """Print the effective configuration (secrets masked).
 
     Example: AMBER_DATA_DIR=/srv/amber amber config
     """
-    echo_json(load_settings().describe())
+    if context.invoked_subcommand is None:
+        echo_json(load_settings().describe())
+
+
+@show_config.command("set-base-url")
+@click.argument("url")
+def set_base_url(url: str) -> None:
+    """Record URL as the public base of every URI-M of this index, old and new.
+
+    URI-Ms are permanent identifiers: the first server records its base and every process
+    (servers, CLI, jobs) uses it. Move it only when the old base will keep answering (a
+    redirect) or nothing was handed out yet, then restart every server and set
+    AMBER_PUBLIC_BASE_URL to URL (or unset it) where it is set.
+
+    Example: amber config set-base-url https://amber.example.org
+    """
+    with opened() as archive:
+        old, new = archive.move_base_url(url)
+    if old == new:
+        click.echo(f"URI-Ms stay under {new}")
+    else:
+        click.echo(f"URI-Ms now under {new} (were under {old or 'nothing recorded'})")

@@ -13,9 +13,11 @@ from archive.access.keys import Role
 from archive.archive import Archive
 from archive.config import Settings
 from archive.dates import to_rfc3339
+from archive.exceptions import AmberError
 from archive.index import DEFAULT_TENANT
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 @click.command()
@@ -37,6 +39,8 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
     """Start the HTTP API.
 
     On the first start of the embedded default, an admin key is created and printed once.
+    The first start records the public base URL of every URI-M in the index:
+    AMBER_PUBLIC_BASE_URL, else this server's address (see `amber config set-base-url`).
 
     Example: amber serve --host 127.0.0.1 --port 8000
     """
@@ -47,9 +51,6 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
     from api.app import create_app
 
     settings = load_settings()
-    if settings.public_base_url is None:
-        shown_host = f"[{host}]" if ":" in host else host
-        settings = settings.with_overrides(public_base_url=f"http://{shown_host}:{port}")
     if insecure_no_auth:
         if host not in LOOPBACK_HOSTS:
             raise click.ClickException(
@@ -66,11 +67,14 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
         )
     if workers > 1 and settings.resolved_database_url.startswith("sqlite"):
         raise click.ClickException("--workers > 1 needs PostgreSQL (AMBER_DATABASE_URL)")
-    if not insecure_no_auth:
-        _first_start_admin_key(settings)
+    listening = _listening_url(host, port)
+    # A wildcard address names no host a client could use: never record it as a base.
+    fallback = None if host in WILDCARD_HOSTS else listening
+    base_url = _prepare_index(settings, listening, fallback, first_key=not insecure_no_auth)
+    settings = settings.with_overrides(public_base_url=base_url)
     click.echo(
-        f"Amber {__version__} on http://{host}:{port} (URI-Ms under "
-        f"{settings.public_base_url}); blobs {settings.resolved_blob_store}",
+        f"Amber {__version__} on {listening} (URI-Ms under {base_url}); "
+        f"blobs {settings.resolved_blob_store}",
         err=True,
     )
     options: dict[str, Any] = {
@@ -94,25 +98,51 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
         uvicorn.run(app, **options)
 
 
-def _first_start_admin_key(settings: Settings) -> None:
-    """On an embedded default with no keys yet, make the first admin key (printed once)."""
-    if not settings.resolved_database_url.startswith("sqlite"):
-        return
+def _listening_url(host: str, port: int) -> str:
+    shown_host = f"[{host}]" if ":" in host else host
+    return f"http://{shown_host}:{port}"
+
+
+def _prepare_index(
+    settings: Settings, listening: str, fallback: str | None, *, first_key: bool
+) -> str:
+    """Settle the public base URL (recorded by the first server; archive/base_url.py) and,
+    on the first start of the embedded default, make the first admin key. Returns the base."""
     archive = Archive.open(settings)
     try:
-        if archive.keys.any_keys():
-            return
-        issued = archive.keys.create(DEFAULT_TENANT, Role.ADMIN, name="first-start admin")
+        settled = archive.settle_base_url(fallback)
+        issued = None
+        if first_key and settings.resolved_database_url.startswith("sqlite"):
+            if not archive.keys.any_keys():
+                issued = archive.keys.create(DEFAULT_TENANT, Role.ADMIN, name="first-start admin")
+    except AmberError as error:
+        raise click.ClickException(error.message) from None
     finally:
         archive.close()
-    click.secho(
-        "First start: created an admin key for tenant 'default'. It is shown only "
-        "this once; store it now:",
-        fg="yellow",
-        err=True,
-    )
-    click.echo(issued.key)
-    click.echo("Create agent/auditor keys with: amber keys create --role agent", err=True)
+    if settled.recorded_now:
+        click.echo(f"Recorded {settled.url} as the base of every URI-M of this index.", err=True)
+    elif settled.ignored_fallback is not None:
+        click.secho(
+            f"URI-Ms stay under {settled.url}, recorded when this index was first served, "
+            f"although this server listens on {listening}. To move every URI-M: "
+            f"amber config set-base-url URL",
+            fg="yellow",
+            err=True,
+        )
+    if issued is not None:
+        click.secho(
+            "First start: created an admin key for tenant 'default'. It is shown only "
+            "this once; store it now:",
+            fg="yellow",
+            err=True,
+        )
+        click.echo(issued.key)
+        click.echo(
+            "Admin keys manage keys, holds and retention; they do not store evidence. "
+            "Make a key for your agent with:  amber keys create --role agent",
+            err=True,
+        )
+    return settled.url
 
 
 @click.group()

@@ -57,5 +57,14 @@ def opened() -> Iterator[Archive]:
         archive.close()
 
 
-def public_base_url(settings: Settings) -> str:
-    return settings.public_base_url or "http://127.0.0.1:8000"
+def minted_base_url(archive: Archive) -> str:
+    """The base of this index's URI-Ms: the one the first server recorded, so that the CLI
+    prints the same URI-M as every server. Recorded now if no server has started yet."""
+    settled = archive.settle_base_url()
+    if settled.recorded_now:
+        click.echo(
+            f"Recorded {settled.url} as the base of every URI-M of this index (no server "
+            "had recorded one). To change it: amber config set-base-url URL",
+            err=True,
+        )
+    return settled.url

@@ -5,8 +5,9 @@ One module per concern: :mod:`~archive.index.schema` (the tables) and
 (connections and write locks), :mod:`~archive.index.index` (the memento SQL),
 :mod:`~archive.index.inserts` (batch inserts), :mod:`~archive.index.idempotency` (first
 answers of Idempotency-Keys, claimed before a write's rows), :mod:`~archive.index.navigation`
-(TimeGate choice), :mod:`~archive.index.prepared` (statements compiled once for the hot path) and
-:mod:`~archive.index.rows` (rows to records).
+(TimeGate choice), :mod:`~archive.index.prepared` (statements compiled once for the hot path),
+:mod:`~archive.index.recorded` (values every process sharing the index agrees on, such as the
+public base URL) and :mod:`~archive.index.rows` (rows to records).
 """
 
 from archive.index.engines import OpenWrite

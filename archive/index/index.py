@@ -46,6 +46,7 @@ from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
 from archive.index.navigation import Neighbours, TimeTravel
 from archive.index.prepared import Lookups
+from archive.index.recorded import RecordedSettings
 from archive.index.rows import (
     RowView,
     StoredResponse,
@@ -90,6 +91,7 @@ class Index:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
         self.inserts = RowInserter(self._writer, self.dialect)
+        self.recorded = RecordedSettings(self._writer, self._reader, self.dialect)
         self.idempotency = IdempotencyKeys(self.inserts, self.dialect, idempotency_ttl)
         self.lookups = Lookups(
             self._reader, sqlite_path_of(self.url) if self.dialect == "sqlite" else None

@@ -325,16 +325,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             "DROP TABLE retention_redate_7",
         ),
     ),
+    Migration(
+        8,
+        "recorded settings: values every process sharing the index must agree on",
+        (
+            # Today one row: the public base URL, recorded when the first server starts, so
+            # the CLI, the jobs and every replica mint the same URI-M for a memento.
+            """CREATE TABLE recorded_settings (
+                name TEXT PRIMARY KEY,
+                value TEXT NOT NULL,
+                recorded_at TIMESTAMP NOT NULL
+            )""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
-def current_version(connection: Connection) -> int:
+def applied_versions(connection: Connection) -> set[int]:
     if not inspect(connection).has_table("schema_migrations"):
-        return 0
-    versions = connection.execute(select(schema_migrations.c.version)).scalars().all()
-    return max(versions, default=0)
+        return set()
+    return set(connection.execute(select(schema_migrations.c.version)).scalars().all())
 
 
 def migrate(engine: Engine) -> list[int]:
@@ -370,7 +382,9 @@ def _ensure_bookkeeping(connection: Connection) -> None:
 
 def _apply(connection: Connection, migration: Migration) -> bool:
     with connection.begin():
-        if migration.version <= current_version(connection):
+        # By membership, not by the highest version: numbers are reserved per change, so
+        # a lower one may land after a higher one and must still be applied.
+        if migration.version in applied_versions(connection):
             return False
         for statement in migration.for_dialect(connection.dialect.name):
             connection.execute(text(statement))

@@ -284,6 +284,14 @@ transcript_reviews = Table(
     ForeignKeyConstraint(["tenant", "transcript_id"], ["transcripts.tenant", "transcripts.id"]),
 )
 
+recorded_settings = Table(
+    "recorded_settings",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+)
+
 # The indexes the migrations create, declared here too so that the Core tables describe the
 # whole schema (tests/test_schema.py holds the two equal).
 for _name, _table, _columns in (
