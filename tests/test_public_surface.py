@@ -25,6 +25,8 @@ PUBLIC = [
     "ConfigurationError",
     "DriftPolicy",
     "EmptyQuote",
+    "ExtractionLimitExceeded",
+    "ExtractionLimits",
     "FetchError",
     "FetchRefused",
     "FetchTooLarge",
