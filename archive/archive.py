@@ -80,6 +80,7 @@ class Archive:
             get_memento=self.get_memento,
             read_content=self.read_content,
             initial_lock=self.writes.initial_lock,
+            extraction_limits=settings.extraction_limits,
         )
         self.drift = DriftService(
             settings, index, blob_store, self.transcripts, self.writes.initial_lock
