@@ -166,21 +166,21 @@ class WorkerPool:
             }
         ).encode()
         frame = protocol.REQUEST_HEAD.pack(len(header)) + header
-        for attempt in range(2):
+        while True:
             worker = self._acquire()
+            if worker.process.poll() is not None:  # it died while idle: take another
+                self._discard(worker)
+                continue
             deadline = time.monotonic() + seconds
             try:
                 worker.send(frame, content, deadline)
-            except _WorkerGone:  # it died while idle (killed from outside): take another
+            except _WorkerGone:  # it died while idle, just now: take another
                 self._discard(worker)
-                if attempt:
-                    raise self._died(worker.kill(), limits) from None
                 continue
             except TimeoutError:
                 self._discard(worker)
                 raise _timed_out(seconds) from None
             return self._answer(worker, deadline, seconds, limits)
-        raise AssertionError("unreachable")
 
     def _answer(
         self, worker: _Worker, deadline: float, seconds: float, limits: ExtractionLimits
