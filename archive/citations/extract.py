@@ -180,7 +180,7 @@ def _cache_put(key: _CacheKey, value: ExtractedText) -> None:
 # bytes: every honoured encoding writes "<" with the byte 0x3C) or is a clone the tree
 # builder makes of one (at most one per open formatting element at each "<"), so 256 of them
 # bound the tree to ~66,000 elements whatever the markup; the worst markup found costs
-# ~30 ms (benchmarks/bench_extraction_limits.py --inline-worst). Anything else goes to a worker.
+# ~40 ms (benchmarks/bench_extraction_limits.py --inline-worst). Anything else goes to a worker.
 INLINE_HTML_BYTES = 64 * 1024
 INLINE_HTML_TAGS = 256
 
