@@ -14,18 +14,24 @@ over HTTP, cites inline sources:
    process alone and of the server with its children (extraction workers), sampled every
    20 ms.
 
+With ``--extract`` it times ``extract_text`` alone on the same small documents (cache cleared
+before each call), in a process importing ``--amber-root``'s library: the per-call cost of
+the worker round trip without HTTP and durable writes around it.
+
 With ``--inline-worst`` it measures, in this process, the worst HTML found for the in-process
 path (at most 256 ``<`` and 64 KiB; ``archive.citations.extract.INLINE_HTML_TAGS``).
 
 Usage: python benchmarks/bench_extraction_limits.py [--amber-root DIR] [--small 30]
-       [--skip-hostile] [--inline-worst]
+       [--skip-hostile] [--extract] [--inline-worst]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -153,39 +159,43 @@ def measure_small(client: httpx.Client, rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def measure_hostile(client: httpx.Client, pid: int) -> None:
-    documents = [
-        ("Flate bomb (10^9 spaces)", lambda: flate_bomb_pdf(954), "application/pdf"),
-        ("6M text operators", lambda: text_operators_pdf(6_000_000), "application/pdf"),
-        ("<div> x 80,000", lambda: deep_html(80_000), "text/html"),
-    ]
+def measure_hostile(client: httpx.Client, pid: int, which: list[str], levels: int) -> None:
+    documents = {
+        "bomb": ("Flate bomb (10^9 spaces)", lambda: flate_bomb_pdf(954), "application/pdf"),
+        "ops": ("6M text operators", lambda: text_operators_pdf(6_000_000), "application/pdf"),
+        "deep": (f"<div> x {levels:,}", lambda: deep_html(levels), "text/html"),
+    }
     print(
         f"\n{'hostile document':28} {'size':>9} {'answer':>28} {'s':>7} "
         f"{'server MB':>10} {'+workers MB':>12}"
     )
-    for label, build, media_type in documents:
+    for name in which:
+        label, build, media_type = documents[name]
         content = build()
         with PeakMemory(pid) as peak:
             started = time.perf_counter()
-            answer = cite(client, content, media_type, "needle text")
+            try:
+                answer: httpx.Response | None = cite(client, content, media_type, "needle text")
+            except httpx.TimeoutException:
+                answer = None  # the server is still at it
             elapsed = time.perf_counter() - started
-        body = (
-            answer.json()
-            if answer.headers.get("content-type", "").startswith("application/json")
-            else {}
-        )
-        error = body.get("error", {})
-        reason = (
-            f"{error.get('code')}:{error.get('detail', {}).get('limit', '')}"
-            if error.get("code") == "extraction_limit"
-            else (body.get("errors") or [{}])[0].get("reason", "")
-            if error
-            else "stored"
-        )
         print(
-            f"{label:28} {len(content) / 1e6:7.2f}MB {answer.status_code:>4} {reason[:23]:>23} "
+            f"{label:28} {len(content) / 1e6:7.2f}MB {_outcome(answer):>28} "
             f"{elapsed:7.1f} {peak.server / 1024:10.0f} {peak.total / 1024:12.0f}"
         )
+
+
+def _outcome(answer: httpx.Response | None) -> str:
+    if answer is None:
+        return "no answer (client timeout)"
+    if answer.status_code == 201:
+        return "201 stored"
+    body = answer.json()
+    error = body.get("error", {})
+    if error.get("code") == "extraction_limit":
+        return f"{answer.status_code} extraction_limit:{error['detail']['limit']}"
+    reason = (body.get("errors") or [{}])[0].get("reason", error.get("code", ""))
+    return f"{answer.status_code} {reason}"[:28]
 
 
 def inline_worst() -> None:
@@ -210,6 +220,33 @@ def inline_worst() -> None:
         print(f"  {label:36} {best * 1000:7.1f} ms")
 
 
+def extract_latency(amber_root: Path, rounds: int) -> None:
+    """Re-run this script as ``_extract`` with ``amber_root``'s library first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(amber_root.resolve())}
+    subprocess.run(
+        [sys.executable, __file__, "_extract", str(rounds)], env=env, check=True, cwd=amber_root
+    )
+
+
+def _extract_main(rounds: int) -> None:
+    from archive.citations import extract as extract_module
+
+    print(f"extract_text from {Path(extract_module.__file__).resolve().parents[2]}")
+    times: dict[str, list[float]] = {}
+    for n in range(-3, rounds):
+        for label, (content, media_type, _) in small_documents(n + 20_000).items():
+            extract_module.clear_cache()
+            started = time.perf_counter()
+            extract_module.extract_text(content, media_type)
+            if n >= 0:
+                times.setdefault(label, []).append((time.perf_counter() - started) * 1000)
+    print(f"{'extract_text':36} {'median ms':>10} {'p90 ms':>8}")
+    for label, values in times.items():
+        values.sort()
+        p90 = values[int(0.9 * (len(values) - 1))]
+        print(f"{label:36} {statistics.median(values):10.2f} {p90:8.2f}")
+
+
 def _timed(function: Any, content: bytes) -> float:
     started = time.perf_counter()
     function(content, None)
@@ -223,8 +260,20 @@ def main() -> None:
     parser.add_argument("--amber-root", type=Path, default=REPO)
     parser.add_argument("--small", type=int, default=30, help="requests per small document")
     parser.add_argument("--skip-hostile", action="store_true")
+    parser.add_argument(
+        "--hostile", default="bomb,ops,deep", help="which hostile documents (bomb,ops,deep)"
+    )
+    parser.add_argument("--levels", type=int, default=80_000, help="nesting of the deep HTML")
+    parser.add_argument("--timeout", type=float, default=900.0, help="client timeout, seconds")
     parser.add_argument("--inline-worst", action="store_true")
+    parser.add_argument("--extract", action="store_true", help="time extract_text alone")
+    if sys.argv[1:2] == ["_extract"]:
+        _extract_main(int(sys.argv[2]))
+        return
     args = parser.parse_args()
+    if args.extract:
+        extract_latency(args.amber_root, args.small)
+        return
     if args.inline_worst:
         inline_worst()
         return
@@ -233,19 +282,20 @@ def main() -> None:
         server, base, key = start(data_dir, args.amber_root.resolve())
         try:
             with httpx.Client(
-                base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=900
+                base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=args.timeout
             ) as client:
                 client.put("/api/v1/transcripts/bench", json={}).raise_for_status()
-                times = measure_small(client, args.small)
-                baseline = statistics.median(times["plain 2 KB (in process everywhere)"])
-                print(f"\n{'small citation':36} {'median ms':>10} {'p90 ms':>8} {'÷ plain':>8}")
-                for label, values in times.items():
-                    values.sort()
-                    median = statistics.median(values)
-                    p90 = values[int(0.9 * (len(values) - 1))]
-                    print(f"{label:36} {median:10.1f} {p90:8.1f} {median / baseline:8.2f}")
+                if args.small:
+                    times = measure_small(client, args.small)
+                    baseline = statistics.median(times["plain 2 KB (in process everywhere)"])
+                    print(f"\n{'small citation':36} {'median ms':>10} {'p90 ms':>8} {'÷ plain':>8}")
+                    for label, values in times.items():
+                        values.sort()
+                        median = statistics.median(values)
+                        p90 = values[int(0.9 * (len(values) - 1))]
+                        print(f"{label:36} {median:10.1f} {p90:8.1f} {median / baseline:8.2f}")
                 if not args.skip_hostile:
-                    measure_hostile(client, server.pid)
+                    measure_hostile(client, server.pid, args.hostile.split(","), args.levels)
         finally:
             server.terminate()
             server.wait(timeout=30)
