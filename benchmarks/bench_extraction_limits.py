@@ -18,11 +18,16 @@ With ``--extract`` it times ``extract_text`` alone on the same small documents (
 before each call), in a process importing ``--amber-root``'s library: the per-call cost of
 the worker round trip without HTTP and durable writes around it.
 
+With ``--worker-cpu`` (this checkout only) it measures the CPU time one extraction costs in
+process and through a worker (the server's share and the worker's): on a busy machine the
+wall-clock figures mostly measure waiting for a core.
+
 With ``--inline-worst`` it measures, in this process, the worst HTML found for the in-process
 path (at most 256 ``<`` and 64 KiB; ``archive.citations.extract.INLINE_HTML_TAGS``).
 
 Usage: python benchmarks/bench_extraction_limits.py [--amber-root DIR] [--small 30]
-       [--skip-hostile] [--extract] [--inline-worst]
+       [--skip-hostile] [--hostile bomb,ops,deep] [--levels 80000] [--extract]
+       [--worker-cpu] [--inline-worst]
 """
 
 from __future__ import annotations
@@ -247,6 +252,46 @@ def _extract_main(rounds: int) -> None:
         print(f"{label:36} {statistics.median(values):10.2f} {p90:8.2f}")
 
 
+def worker_cpu() -> None:
+    sys.path.insert(0, str(REPO))
+    from archive.citations.html_extractor import html_text
+    from archive.citations.pdf_extractor import pdf_text
+    from archive.citations.sandbox import worker_pool
+    from archive.config import ExtractionLimits
+
+    limits = ExtractionLimits(workers=1)
+    pool = worker_pool(limits)
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def worker_seconds(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    cases: list[tuple[str, str, Any, list[bytes]]] = [
+        ("PDF 1 page", "pdf", pdf_text, [pages_pdf(1, b"Quick %d." % n) for n in range(200)]),
+        (
+            "HTML 100 KiB",
+            "html",
+            lambda content: html_text(content, None),
+            [small_documents(n)["HTML 100 KiB"][0] for n in range(40)],
+        ),
+    ]
+    print(f"{'CPU per extraction':20} {'in process':>11} {'server':>8} {'worker':>8}  (ms)")
+    for label, kind, extract, documents in cases:
+        pool.extract(kind, documents[0], None, limits, 60.0)
+        [pid] = pool.worker_pids()
+        started = time.process_time()
+        for content in documents:
+            extract(content)
+        in_process = (time.process_time() - started) / len(documents)
+        started, worker_started = time.process_time(), worker_seconds(pid)
+        for content in documents:
+            pool.extract(kind, content, None, limits, 60.0)
+        server = (time.process_time() - started) / len(documents)
+        worker = (worker_seconds(pid) - worker_started) / len(documents)
+        print(f"{label:20} {in_process * 1e3:11.2f} {server * 1e3:8.2f} {worker * 1e3:8.2f}")
+
+
 def _timed(function: Any, content: bytes) -> float:
     started = time.perf_counter()
     function(content, None)
@@ -267,6 +312,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="client timeout, seconds")
     parser.add_argument("--inline-worst", action="store_true")
     parser.add_argument("--extract", action="store_true", help="time extract_text alone")
+    parser.add_argument("--worker-cpu", action="store_true", help="CPU per extraction")
     if sys.argv[1:2] == ["_extract"]:
         _extract_main(int(sys.argv[2]))
         return
@@ -276,6 +322,9 @@ def main() -> None:
         return
     if args.inline_worst:
         inline_worst()
+        return
+    if args.worker_cpu:
+        worker_cpu()
         return
     print(f"serving {args.amber_root.resolve()}")
     with fresh_data_dir() as data_dir:
