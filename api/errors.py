@@ -24,6 +24,7 @@ STATUS_BY_ERROR: tuple[tuple[type[exc.AmberError], int], ...] = (
     (CitationsRejected, 422),
     (RetentionShortened, 409),
     (exc.PayloadTooLarge, 413),
+    (exc.ExtractionLimitExceeded, 422),
     (exc.InvalidInput, 400),
     (exc.NotFound, 404),
     (exc.Gone, 410),

@@ -351,7 +351,9 @@ async def post_citations(
 ) -> JSONResponse:
     """Each citation names its evidence (``memento_id`` of a stored document, the captured
     ``source`` inline, or ``source_ref`` into the request's ``sources``) and a ``quote``. 201 with one entry per citation in
-    request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected."""
+    request order; 422 ``{"errors": [{index, reason, detail}]}`` when rejected, or 422
+    ``extraction_limit`` (``detail.limit``: ``time``, ``memory``, ``pages`` or ``text``) when
+    reading a document's text broke an extraction limit (nothing is stored)."""
     # The agents' hot route: archive and urls straight from app state, as the memento write
     # does (FastAPI re-inspects every dependency on every request).
     archive: Archive = request.app.state.archive

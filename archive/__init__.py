@@ -26,7 +26,7 @@ from archive.citations import (
     Transcript,
     TranscriptWrite,
 )
-from archive.config import CitationPolicy, DriftPolicy, Settings
+from archive.config import CitationPolicy, DriftPolicy, ExtractionLimits, Settings
 from archive.drift import CheckRecord, CitationDrift, Review, RunSummary, SourceRate
 from archive.exceptions import (
     AmberError,
@@ -36,6 +36,7 @@ from archive.exceptions import (
     CitationsRejected,
     ConfigurationError,
     EmptyQuote,
+    ExtractionLimitExceeded,
     FetchError,
     FetchRefused,
     FetchTooLarge,
@@ -86,6 +87,8 @@ __all__ = [
     "ConfigurationError",
     "DriftPolicy",
     "EmptyQuote",
+    "ExtractionLimitExceeded",
+    "ExtractionLimits",
     "FetchError",
     "FetchRefused",
     "FetchTooLarge",

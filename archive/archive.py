@@ -88,6 +88,7 @@ class Archive:
             read_content=self.read_content,
             initial_lock=self.writes.initial_lock,
             redate=self.retention.evaluator.redate,
+            extraction_limits=settings.extraction_limits,
         )
         self.drift = DriftService(
             settings,

@@ -128,6 +128,44 @@ class DriftPolicy:
 
 
 @dataclass(frozen=True)
+class ExtractionLimits:
+    """What extracting one document's text may cost (``docs/design.md``, "Extraction limits").
+
+    HTML and PDF are read in worker processes (:mod:`archive.citations.sandbox`); breaking a
+    limit raises :class:`~archive.exceptions.ExtractionLimitExceeded` naming it.
+
+    - ``workers``: extraction worker processes (0: one per CPU, at most 4).
+    - ``timeout_seconds``: wall-clock (and CPU) time one extraction may take.
+    - ``request_seconds``: extraction time all documents of one request may take together.
+    - ``memory_mb``: address space of a worker process (interpreter included).
+    - ``max_pages``: pages of a PDF.
+    - ``max_text_chars``: characters of extracted text, for every extractor.
+    """
+
+    workers: int = 0
+    timeout_seconds: float = 10.0
+    request_seconds: float = 30.0
+    memory_mb: int = 1024
+    max_pages: int = 2000
+    max_text_chars: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if (
+            self.workers < 0
+            or min(self.timeout_seconds, self.request_seconds) <= 0
+            or min(self.memory_mb, self.max_pages, self.max_text_chars) < 1
+        ):
+            raise ConfigurationError(
+                "AMBER_EXTRACT_* limits must be positive (AMBER_EXTRACT_WORKERS: 0 = auto)"
+            )
+
+    @property
+    def pool_size(self) -> int:
+        """Worker processes to run: ``workers``, or one per CPU (at most 4) when 0."""
+        return self.workers or max(1, min(4, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting, read once from ``AMBER_*`` environment variables and an optional
     config file (:meth:`from_env`); :meth:`describe` shows them with secrets masked."""
@@ -167,6 +205,13 @@ class Settings:
     # "GOVERNANCE" (an admin may erase, with BypassGovernanceRetention) or "COMPLIANCE"
     # (nobody may delete before the date). None: Amber sets no storage-level lock.
     s3_object_lock_mode: str | None = None
+    # Extraction limits (ExtractionLimits; docs/design.md, "Extraction limits").
+    extract_workers: int = 0  # 0: one worker process per CPU, at most 4
+    extract_timeout_seconds: float = 10.0
+    extract_request_seconds: float = 30.0
+    extract_memory_mb: int = 1024
+    extract_max_pages: int = 2000
+    extract_max_text_chars: int = 8 * 1024 * 1024
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -201,6 +246,7 @@ class Settings:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
+        _ = self.extraction_limits  # fail at start, not at the first citation
 
     @cached_property
     def citations(self) -> CitationPolicy:
@@ -209,6 +255,17 @@ class Settings:
     @cached_property
     def drift(self) -> DriftPolicy:
         return DriftPolicy.from_section(self.extra.get("drift", {}))
+
+    @cached_property
+    def extraction_limits(self) -> ExtractionLimits:
+        return ExtractionLimits(
+            workers=self.extract_workers,
+            timeout_seconds=self.extract_timeout_seconds,
+            request_seconds=self.extract_request_seconds,
+            memory_mb=self.extract_memory_mb,
+            max_pages=self.extract_max_pages,
+            max_text_chars=self.extract_max_text_chars,
+        )
 
     @property
     def resolved_database_url(self) -> str:

@@ -12,6 +12,7 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── PayloadTooLarge           over a configured size limit
     │   ├── EmptyQuote                the quote is empty, or only whitespace and invisible marks
     │   ├── QuoteNotFound             not in the document's text, exactly or normalised
+    │   ├── ExtractionLimitExceeded   reading a document's text broke a limit (``limit``)
     │   └── CitationsRejected         invalid citations, fail-closed: nothing stored (``errors``)
     ├── NotFound                      nothing there (or nothing this caller may see)
     │   ├── MementoNotFound
@@ -97,6 +98,19 @@ class EmptyQuote(InvalidInput):
 
 class QuoteNotFound(InvalidInput):
     code = "quote_not_found"
+
+
+class ExtractionLimitExceeded(InvalidInput):
+    """Extracting a document's text broke one of the extraction limits (``docs/design.md``,
+    "Extraction limits"): ``limit`` names which — ``time``, ``memory``, ``pages`` or
+    ``text`` — and ``maximum`` its configured value (seconds, MiB, pages, characters)."""
+
+    code = "extraction_limit"
+
+    def __init__(self, limit: str, maximum: float, message: str) -> None:
+        super().__init__(message, limit=limit, maximum=maximum)
+        self.limit = limit
+        self.maximum = maximum
 
 
 class CitationsRejected(InvalidInput):

@@ -26,6 +26,8 @@ PUBLIC = [
     "ConfigurationError",
     "DriftPolicy",
     "EmptyQuote",
+    "ExtractionLimitExceeded",
+    "ExtractionLimits",
     "FetchError",
     "FetchRefused",
     "FetchTooLarge",

@@ -23,7 +23,6 @@ from archive.citations.extract import (
     HTML_EXTRACTOR_VERSION,
     PDF_EXTRACTOR,
     PDF_EXTRACTOR_VERSION,
-    PDF_PAGE_SEPARATOR,
     PLAIN_EXTRACTOR,
     PLAIN_EXTRACTOR_VERSION,
     ExtractedText,
@@ -39,6 +38,7 @@ from archive.citations.normalise import (
     prepare,
     quote_hash,
 )
+from archive.citations.pdf_extractor import PDF_PAGE_SEPARATOR
 from archive.citations.records import (
     Citation,
     CitationError,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -39,11 +40,12 @@ from archive.citations.records import (
 )
 from archive.citations.transcripts import TranscriptBook
 from archive.committer import GroupCommitter
-from archive.config import CitationPolicy
+from archive.config import CitationPolicy, ExtractionLimits
 from archive.dates import utc_now
 from archive.exceptions import (
     AmberError,
     CitationsRejected,
+    ExtractionLimitExceeded,
     InvalidInput,
     NotFound,
 )
@@ -91,10 +93,15 @@ class CitationDesk:
 
     Collaborators are passed in by the composition root (:class:`archive.archive.Archive`):
     the index and blob store, the transcript book, the ``[citations]`` policy, the internal
-    URI schemes, and three of the facade's own operations — reading a document memento
+    URI schemes, three of the facade's own operations — reading a document memento
     (``get_memento``, ``read_content``) and the retention lock a new blob starts with
-    (``initial_lock``) — and retention's ``redate``, which dates cited evidence from the
-    transcripts citing it.
+    (``initial_lock``) — retention's ``redate``, which dates cited evidence from the
+    transcripts citing it, and the extraction limits.
+
+    A document over an extraction limit refuses the whole request
+    (:class:`ExtractionLimitExceeded`, whatever ``fail_closed`` says): the limits are one
+    budget per request, and a document that broke one would break it again for every other
+    citation of it.
     """
 
     def __init__(
@@ -109,8 +116,10 @@ class CitationDesk:
         read_content: Callable[[Memento], bytes],
         initial_lock: Callable[[datetime], datetime | None],
         redate: Redate,
+        extraction_limits: ExtractionLimits | None = None,
     ) -> None:
         self.index = index
+        self.extraction_limits = extraction_limits or ExtractionLimits()
         self.transcripts = transcripts
         self.policy = policy
         self.internal_schemes = internal_schemes
@@ -157,7 +166,9 @@ class CitationDesk:
                 f"at most {self.policy.max_citations_per_request} citations per request"
             )
         fail_closed = self.policy.fail_closed if fail_closed is None else fail_closed
-        planned, errors = self._plan(tenant, requests)
+        # One extraction budget for the whole request: its documents share the time.
+        deadline = time.monotonic() + self.extraction_limits.request_seconds
+        planned, errors = self._plan(tenant, requests, deadline)
         for error in errors:
             self._log(tenant, transcript_id, run_id, requests[error.index], None, error.reason)
         if errors and (fail_closed or not planned):
@@ -170,19 +181,24 @@ class CitationDesk:
         return stored
 
     def _plan(
-        self, tenant: str, requests: Sequence[CitationRequest]
+        self, tenant: str, requests: Sequence[CitationRequest], deadline: float
     ) -> tuple[list[PlannedCitation], list[CitationError]]:
         planned, errors = [], []
         seen: dict[_EvidenceKey, Evidence] = {}  # an answer cites one document several times
         for number, request in enumerate(requests):
             try:
-                planned.append(self._plan_one(tenant, number, request, seen))
+                planned.append(self._plan_one(tenant, number, request, seen, deadline))
             except _Rejected as rejected:
                 errors.append(CitationError(number, rejected.reason, rejected.detail))
         return planned, errors
 
     def _plan_one(
-        self, tenant: str, number: int, request: CitationRequest, seen: dict[_EvidenceKey, Evidence]
+        self,
+        tenant: str,
+        number: int,
+        request: CitationRequest,
+        seen: dict[_EvidenceKey, Evidence],
+        deadline: float,
     ) -> PlannedCitation:
         if request.unreadable is not None:
             raise _Rejected(*request.unreadable)
@@ -228,7 +244,12 @@ class CitationDesk:
                 evidence.media_type,
                 tenant=tenant,
                 cache_key=evidence.document_hash,
+                limits=self.extraction_limits,
+                deadline=deadline,
             )
+        except ExtractionLimitExceeded as error:
+            error.detail["citation"] = number
+            raise
         except AmberError as error:
             raise _Rejected("unreadable_document", error.message) from None
         prepared = self._prepared(tenant, evidence.document_hash, evidence.media_type, extracted)

@@ -10,7 +10,8 @@ the underlying library's version is part of the version string too).
 - ``amber-html`` (``text/html``, ``application/xhtml+xml``; Lexbor through selectolax):
   all visible text, no boilerplate removal (:mod:`archive.citations.html_extractor`).
 - ``amber-pdf`` (``application/pdf``; PDFium through pypdfium2): each page's text as PDFium
-  lays it out, pages joined by :data:`PDF_PAGE_SEPARATOR`.
+  lays it out, pages joined by :data:`~archive.citations.pdf_extractor.PDF_PAGE_SEPARATOR`
+  (:mod:`archive.citations.pdf_extractor`).
 - ``amber-plain`` (other ``text/*``, JSON, XML, YAML, TOML, JavaScript): the decoded text,
   verbatim; bytes invalid in the declared charset are refused.
 
@@ -23,22 +24,28 @@ cached: ``extract_text(..., tenant=…, cache_key=<content hash>)`` keeps the la
 so ten citations of one page extract it once. The cache is per tenant: a result is reused only
 for the tenant whose request produced it, because a reused result answers in a fraction of the
 time, and that difference would tell one tenant that another holds the same bytes.
+
+What extraction may cost is bounded (:class:`~archive.config.ExtractionLimits`): PDF and
+HTML are read in worker processes that are killed when they run too long or out of memory
+(:mod:`archive.citations.sandbox`), except small HTML, whose cost has a proven bound and is
+read here; a document over a limit raises :class:`ExtractionLimitExceeded` naming it.
 """
 
 from __future__ import annotations
 
-import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import pypdfium2
 import pypdfium2.version
 import selectolax
 
 from archive.citations.charsets import codec
 from archive.citations.html_extractor import html_text
-from archive.exceptions import InvalidContent
+from archive.citations.sandbox import worker_pool
+from archive.config import ExtractionLimits
+from archive.exceptions import ExtractionLimitExceeded, InvalidContent
 from archive.hashing import content_address
 
 HTML_EXTRACTOR = "amber-html"
@@ -66,8 +73,6 @@ EXTRACTORS: dict[str, str] = {
     PDF_EXTRACTOR: PDF_EXTRACTOR_VERSION,
     PLAIN_EXTRACTOR: PLAIN_EXTRACTOR_VERSION,
 }
-
-PDF_PAGE_SEPARATOR = "\n\f\n"
 
 CACHE_ENTRIES = 64
 CACHE_MAX_CHARS = 64 * 1024 * 1024  # total extracted text kept, whatever the entry count
@@ -170,6 +175,17 @@ def _cache_put(key: _CacheKey, value: ExtractedText) -> None:
 
 # -- entry point --------------------------------------------------------------------------
 
+# Small HTML is read in this process: its cost has a proven bound (docs/design.md,
+# "Extraction limits"). Every element the parser builds comes from a start tag (a "<" in the
+# bytes: every honoured encoding writes "<" with the byte 0x3C) or is a clone the tree
+# builder makes of one (at most one per open formatting element at each "<"), so 256 of them
+# bound the tree to ~66,000 elements whatever the markup; the worst markup found costs
+# ~40 ms (benchmarks/bench_extraction_limits.py --inline-worst). Anything else goes to a worker.
+INLINE_HTML_BYTES = 64 * 1024
+INLINE_HTML_TAGS = 256
+
+DEFAULT_LIMITS = ExtractionLimits()
+
 
 def extract_text(
     content: bytes,
@@ -177,17 +193,26 @@ def extract_text(
     *,
     tenant: str | None = None,
     cache_key: str | None = None,
+    limits: ExtractionLimits | None = None,
+    deadline: float | None = None,
 ) -> ExtractedText:
     """The visible text of ``content`` read as ``media_type`` (``docs/specs/extractors.md``).
 
     ``tenant`` is whose request this is: only that tenant's earlier extractions are reused
     (work done for a tenant MUST name it; ``None`` is a scope of its own, shared only by
     callers acting for no tenant). ``cache_key`` must identify the bytes (their content
-    address, ``blake3:…``); without it the bytes are hashed to look the cache up. Raises :class:`InvalidContent` for media types
-    with no extractor, undecodable declared text and unreadable PDFs.
+    address, ``blake3:…``); without it the bytes are hashed to look the cache up. Raises
+    :class:`InvalidContent` for media types with no extractor, undecodable declared text and
+    unreadable PDFs.
 
-    The extractors (:func:`html_text`, :func:`pdf_text`, :func:`plain_text`) are looked up
-    in this module at each call: replacing one here is seen (tests count extractions so).
+    ``limits`` bound the work (default: :class:`ExtractionLimits` defaults); ``deadline``
+    (a :func:`time.monotonic` instant) is when the caller's extraction time runs out, for a
+    budget shared by several documents. A document over a limit raises
+    :class:`ExtractionLimitExceeded` naming it (``time``, ``memory``, ``pages``, ``text``).
+
+    The in-process extractors (:func:`html_text` for small HTML, :func:`plain_text`) are
+    looked up in this module at each call: replacing one here is seen (tests count
+    extractions so).
     """
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidContent("content must be bytes")
@@ -196,20 +221,74 @@ def extract_text(
     kind = _kind(essence)
     if kind is None:
         raise InvalidContent(f"cannot extract text from {essence or 'an empty media type'}")
+    limits = limits or DEFAULT_LIMITS
     key = (tenant, cache_key or content_address(content), f"{kind};{(charset or '').lower()}")
     found = _cache_get(key)
     if found is not None:
+        _check_text_size(found.text, limits)  # it may have been read under other limits
         return found
-    if kind == "html":
-        result = ExtractedText(html_text(content, charset), HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
-    elif kind == "pdf":
-        result = ExtractedText(pdf_text(content), PDF_EXTRACTOR, PDF_EXTRACTOR_VERSION)
-    else:
+    seconds = _time_left(limits, deadline)
+    if kind == "plain":
         result = ExtractedText(
             plain_text(content, charset), PLAIN_EXTRACTOR, PLAIN_EXTRACTOR_VERSION
         )
+    elif kind == "html" and _inline_html(content):
+        result = ExtractedText(html_text(content, charset), HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
+    else:
+        text = _in_worker(kind, content, charset, limits, seconds, deadline)
+        if kind == "html":
+            result = ExtractedText(text, HTML_EXTRACTOR, HTML_EXTRACTOR_VERSION)
+        else:
+            result = ExtractedText(text, PDF_EXTRACTOR, PDF_EXTRACTOR_VERSION)
+    _check_text_size(result.text, limits)
     _cache_put(key, result)
     return result
+
+
+def _inline_html(content: bytes) -> bool:
+    return len(content) <= INLINE_HTML_BYTES and content.count(b"<") <= INLINE_HTML_TAGS
+
+
+def _time_left(limits: ExtractionLimits, deadline: float | None) -> float:
+    if deadline is None:
+        return limits.timeout_seconds
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _request_time_spent(limits)
+    return min(limits.timeout_seconds, left)
+
+
+def _in_worker(
+    kind: str,
+    content: bytes,
+    charset: str | None,
+    limits: ExtractionLimits,
+    seconds: float,
+    deadline: float | None,
+) -> str:
+    try:
+        return worker_pool(limits).extract(kind, content, charset, limits, seconds)
+    except ExtractionLimitExceeded as error:
+        if error.limit == "time" and seconds < limits.timeout_seconds and deadline is not None:
+            raise _request_time_spent(limits) from None  # the request's budget ran out first
+        raise
+
+
+def _request_time_spent(limits: ExtractionLimits) -> ExtractionLimitExceeded:
+    return ExtractionLimitExceeded(
+        "time",
+        limits.request_seconds,
+        f"extracting this request's documents took longer than {limits.request_seconds:g} s",
+    )
+
+
+def _check_text_size(text: str, limits: ExtractionLimits) -> None:
+    if len(text) > limits.max_text_chars:
+        raise ExtractionLimitExceeded(
+            "text",
+            limits.max_text_chars,
+            f"the extracted text is longer than {limits.max_text_chars} characters",
+        )
 
 
 # -- plain text ---------------------------------------------------------------------------
@@ -226,38 +305,3 @@ def plain_text(content: bytes, charset: str | None) -> str:
         return content.decode(name, "strict")
     except (UnicodeDecodeError, LookupError, ValueError):
         raise InvalidContent(f"text content is not valid {label}") from None
-
-
-# -- PDF ----------------------------------------------------------------------------------
-
-_pdfium_lock = threading.Lock()  # PDFium is not thread-safe
-_PDF_LINE_BREAKS = re.compile(r"\r\n?")
-
-
-def pdf_text(content: bytes) -> str:
-    """Each page's text as PDFium lays it out, pages joined by :data:`PDF_PAGE_SEPARATOR`."""
-    pages: list[str] = []
-    with _pdfium_lock:
-        try:
-            document = pypdfium2.PdfDocument(content)
-        except pypdfium2.PdfiumError as error:
-            raise InvalidContent(f"cannot read PDF: {error}") from None
-        try:
-            for index in range(len(document)):
-                page = document[index]
-                try:
-                    textpage = page.get_textpage()
-                    try:
-                        pages.append(textpage.get_text_bounded())
-                    finally:
-                        textpage.close()
-                finally:
-                    page.close()
-        except pypdfium2.PdfiumError as error:
-            raise InvalidContent(f"cannot read PDF: {error}") from None
-        finally:
-            document.close()
-    text = PDF_PAGE_SEPARATOR.join(pages)
-    text = _PDF_LINE_BREAKS.sub("\n", text)
-    # PDFium's marker for a hyphen it took for line-end hyphenation (line break dropped).
-    return text.replace("\x02", "-\n").replace("\ufffe", "-\n")

@@ -17,6 +17,7 @@ import blake3
 
 from archive.blobstore.base import BlobStore
 from archive.citations import PDF_EXTRACTOR, extract_text, prepare
+from archive.config import ExtractionLimits
 from archive.dates import to_rfc3339, utc_now
 from archive.drift.fetching import Live
 from archive.drift.records import CheckRecord, DueCitation, Location
@@ -27,7 +28,7 @@ from archive.drift.rules import (
     Soft404Signals,
     html_title,
 )
-from archive.exceptions import AmberError
+from archive.exceptions import AmberError, ExtractionLimitExceeded
 from archive.fetch import FetchedDocument
 from archive.hashing import content_address
 from archive.mementos import (
@@ -55,8 +56,10 @@ class Analyser:
         *,
         context_chars: int,
         keep_document: bool,
+        extraction_limits: ExtractionLimits | None = None,
     ) -> None:
         self.classify = classify
+        self.extraction_limits = extraction_limits or ExtractionLimits()
         self.blobs = blobs
         self.initial_lock = initial_lock
         self.context_chars = context_chars
@@ -71,7 +74,7 @@ class Analyser:
         if document is not None and live.live_hash is None and document.status != 304:
             live.live_hash = content_address(document.body)
         if live.live_hash is not None and live.live_hash != cited.document_hash:
-            _extract(live, cited)
+            _extract(live, cited, self.extraction_limits)
         started = time.monotonic()
         outcome = self._classify(cited, live, soft404)
         return outcome, round((time.monotonic() - started) * 1000)
@@ -93,6 +96,18 @@ class Analyser:
             position=cited.position,
             soft404=soft404,
         )
+
+    def probe_text(self, document: FetchedDocument) -> str | None:
+        """The text of the soft-404 probe's answer, or ``None`` when it cannot be read."""
+        try:
+            extracted = extract_text(
+                document.body,
+                document.content_type or "text/html",
+                limits=self.extraction_limits,
+            )
+        except AmberError:
+            return None
+        return extracted.text
 
     def new_mementos(
         self, cited: DueCitation, document: FetchedDocument, live: Live, location: Location
@@ -155,7 +170,7 @@ class Analyser:
         return passage_hash, made[0].id, made
 
 
-def _extract(live: Live, cited: DueCitation) -> None:
+def _extract(live: Live, cited: DueCitation, limits: ExtractionLimits) -> None:
     document = live.document
     if document is None or live.extract_ms is not None:
         return
@@ -166,8 +181,17 @@ def _extract(live: Live, cited: DueCitation) -> None:
         media_type = document.content_type or cited.document_media_type
         try:
             live.extracted = extract_text(
-                document.body, media_type, tenant=cited.tenant, cache_key=live.live_hash
+                document.body,
+                media_type,
+                tenant=cited.tenant,
+                cache_key=live.live_hash,
+                limits=limits,
             )
+        except ExtractionLimitExceeded as error:
+            # Not read within the limits, so not observed: inconclusive (``unreachable``,
+            # retried sooner), never ``material`` — the passage may well still be there.
+            live.error = f"{error.code}: {error.limit}"
+            return
         except AmberError:
             return  # not text we can read: the rules see no live text
         live.prepared = prepare(live.extracted.text, pdf=live.extracted.extractor == PDF_EXTRACTOR)

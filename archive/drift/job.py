@@ -48,7 +48,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
-from archive.citations import extract_text
 from archive.dates import utc_now
 from archive.drift.analysis import Analyser, check_record, location_of
 from archive.drift.fetching import Fetcher, Live, conditional, sibling_url
@@ -60,7 +59,7 @@ from archive.drift.records import (
     RunSummary,
 )
 from archive.drift.rules import Soft404Signals, Verdict, classify, soft_404_signals
-from archive.exceptions import AmberError, InvalidInput
+from archive.exceptions import InvalidInput
 from archive.fetch import guarded_async_client
 from archive.mementos import Memento
 
@@ -190,6 +189,7 @@ class _Run:
             service.initial_lock,
             context_chars=job.context_chars,
             keep_document=job.keep_document,
+            extraction_limits=job.settings.extraction_limits,
         )
         self.concurrency = concurrency
         self.executor = ThreadPoolExecutor(concurrency + 4, thread_name_prefix="amber-drift")
@@ -361,13 +361,7 @@ class _Run:
         document = probe.document
         if document is None or not 200 <= document.status < 300 or not document.body:
             return None
-        try:
-            extracted = await self._thread(
-                extract_text, document.body, document.content_type or "text/html"
-            )
-        except AmberError:
-            return None
-        return extracted.text
+        return await self._thread(self.analyser.probe_text, document)
 
 
 def _interleave(groups: list[list[DueCitation]]) -> list[list[DueCitation]]:
