@@ -17,6 +17,7 @@ from archive.access.audit import ReadAudit
 from archive.access.keys import KeyRing, load_server_secret
 from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk, TranscriptBook
+from archive.citations.textmemory import TextMemory
 from archive.committer import CommitCounts
 from archive.config import Settings
 from archive.dates import to_rfc3339
@@ -33,6 +34,7 @@ from archive.mementos import (
     check_memento_id,
 )
 from archive.retention import Retention
+from archive.retention.records import shown_deletion_reason
 from archive.uri import URIR, parse_uri_r
 from archive.writes import MementoRequest, MementoWriter, WriteResult
 
@@ -71,6 +73,10 @@ class Archive:
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
+        # This process's text caches, told of erasures (here at once, elsewhere by signal).
+        self.text_memory = TextMemory(
+            index.erasure_generation if index.erasures_signalled else None
+        )
         self.citations = CitationDesk(
             index=index,
             blobs=blob_store,
@@ -80,11 +86,19 @@ class Archive:
             get_memento=self.get_memento,
             read_content=self.read_content,
             initial_lock=self.writes.initial_lock,
+            memory=self.text_memory,
         )
         self.drift = DriftService(
-            settings, index, blob_store, self.transcripts, self.writes.initial_lock
+            settings,
+            index,
+            blob_store,
+            self.transcripts,
+            self.writes.initial_lock,
+            memory=self.text_memory,
         )
-        self.retention = Retention(self.index, self.blobs, settings.citations)
+        self.retention = Retention(
+            self.index, self.blobs, settings.citations, forget_text=self.text_memory.forget
+        )
 
     @classmethod
     def open(cls, settings: Settings) -> Archive:
@@ -155,7 +169,7 @@ class Archive:
                 "this memento was deleted",
                 memento_id=memento.id,
                 deleted_at=to_rfc3339(memento.deleted_at),
-                reason=memento.deletion_reason or "",
+                reason=shown_deletion_reason(memento.deletion_reason),
                 content_hash=memento.content_hash,
                 memento_datetime=to_rfc3339(memento.captured_at),
             )

@@ -27,6 +27,7 @@ from sqlalchemy import and_, case, func, or_, select
 
 from archive.blobstore.base import BlobStore
 from archive.citations import Transcript, TranscriptBook
+from archive.citations.textmemory import TextMemory
 from archive.config import DriftPolicy, Settings
 from archive.dates import utc_now
 from archive.drift.records import (
@@ -79,8 +80,11 @@ class DriftService:
         initial_lock: Callable[[datetime], datetime | None],
         *,
         classify: Classify | None = None,
+        memory: TextMemory | None = None,
     ) -> None:
         self.settings = settings
+        # The extraction cache holds live pages' text: heeded before each run (textmemory).
+        self.memory = memory if memory is not None else TextMemory(None)
         self.index = index
         self.blobs = blobs
         # When a new blob's Object Lock retention ends (the facade's ``initial_lock``).
