@@ -140,7 +140,8 @@ def cited_world(archive: Archive, origin: Origin, *, long: bool = False) -> Cite
             )
         ],
     ).citations[0]
-    assert inline.document_memento_id is None  # kept by hash only
+    if not archive.settings.citations.keep_document:
+        assert inline.document_memento_id is None  # kept by hash only
     origin.body = html(
         FILLER,
         "The annual fee for all members is 90 euros." + detail.replace(marker, "board"),
@@ -398,3 +399,39 @@ def test_tombstones_show_no_erasing_key_id(archive: Archive) -> None:
         "admin_log_id": erasure.admin_log_id,
     }
     assert archive.retention.admin_log("default")[-1]["key_id"] == "0123456789ab"
+
+
+def test_erasing_a_live_page_the_drift_job_kept_erases_what_was_cut_from_it(
+    settings: Settings, origin: Origin
+) -> None:
+    """With keep_document, a drift check keeps the changed live page and the new wording cut
+    from it: erasing that page erases the new wording too, and the diff that quoted it."""
+    keeping = settings.with_overrides(
+        extra={**settings.extra, "citations": {"keep_document": True}}
+    )
+    archive = Archive.open(keeping)
+    try:
+        world = cited_world(archive, origin)
+        with archive.index.read() as connection:
+            kept = connection.execute(
+                select(drift_checks).where(drift_checks.c.live_document_memento_id.is_not(None))
+            ).all()
+        assert kept and all(c.new_passage_memento_id for c in kept)
+        page = kept[0].live_document_memento_id
+        result = archive.retention.erase("default", page, "takedown", "admin")
+        new_wording = {c.new_passage_memento_id for c in kept}
+        assert set(result.erased_ids) == {page} | new_wording
+        for memento_id in new_wording:
+            with pytest.raises(Gone) as gone:
+                archive.get_memento("default", memento_id)
+            assert json.loads(str(gone.value.detail["reason"]))["of"] == page
+        with archive.index.read() as connection:
+            diffs = connection.execute(
+                select(drift_checks.c.diff_json).where(drift_checks.c.id.in_([c.id for c in kept]))
+            ).scalars()
+            assert all(diff is None for diff in diffs)
+        # The cited capture is other bytes: it and its citations' selectors stay.
+        assert archive.get_memento("default", world.document.id)
+        assert all(c.selector for c in archive.citations.for_transcript("default", "t"))
+    finally:
+        archive.close()
