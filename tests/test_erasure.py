@@ -27,7 +27,8 @@ import archive.citations.extract as extraction
 from archive.archive import Archive
 from archive.citations import CitationRequest, QuoteRequest, SourceRequest
 from archive.config import Settings
-from archive.exceptions import Gone, RetentionConflict
+from archive.exceptions import ConfigurationError, Gone, RetentionConflict
+from archive.index import signals
 from archive.index.schema import drift_checks, mementos, metadata, transcript_reviews
 from archive.mementos import CaptureFacts
 from archive.writes import MementoRequest
@@ -433,5 +434,37 @@ def test_erasing_a_live_page_the_drift_job_kept_erases_what_was_cut_from_it(
         # The cited capture is other bytes: it and its citations' selectors stay.
         assert archive.get_memento("default", world.document.id)
         assert all(c.selector for c in archive.citations.for_transcript("default", "t"))
+    finally:
+        archive.close()
+
+
+def test_a_process_that_cannot_open_the_erasure_signal_cannot_erase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other processes would never hear of the erasure: it is refused, nothing changed."""
+    settings = Settings(data_dir=tmp_path / "amber-data")
+    first = Archive.open(settings)
+    memento = first.write_memento(
+        MementoRequest(
+            uri_r="https://ex.org/x",
+            content=b"kept",
+            content_type="text/plain",
+            facts=CaptureFacts(tool="http.get"),
+        )
+    ).memento
+    first.close()
+    real_open = signals.os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".erasures"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(signals.os, "open", refusing)
+    archive = Archive.open(settings)
+    try:
+        with pytest.raises(ConfigurationError):
+            archive.retention.erase("default", memento.id, "takedown", "admin")
+        assert archive.read_content(archive.get_memento("default", memento.id)) == b"kept"
     finally:
         archive.close()
