@@ -123,10 +123,10 @@ async def erase(
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
     check_memento_id(memento_id)
-    await run_in_threadpool(
+    erasure = await run_in_threadpool(
         archive.retention.erase, principal.tenant, memento_id, body.reason, principal.key_id
     )
-    return {"memento_id": memento_id, "erased": True}
+    return erasure.as_json()
 
 
 @router.get(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -28,6 +29,7 @@ from archive.dates import parse_rfc3339, to_rfc3339
 from archive.exceptions import InvalidInput
 from archive.hashing import content_address
 from archive.links import robust_link, text_fragment_url
+from archive.retention.records import shown_deletion_reason
 from archive.uri import WEB_SCHEMES
 
 router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])
@@ -105,6 +107,12 @@ class CitationsIn(BaseModel):
     run_id: str | None = Field(default=None, max_length=200)
 
 
+class PassageDeletedOut(BaseModel):
+    deleted_at: str
+    reason: dict[str, Any] | str
+    position: dict[str, int] = Field(description="TextPositionSelector start and end.")
+
+
 class CitationOut(BaseModel):
     id: str
     uri_m: str = Field(description="The passage memento.")
@@ -114,7 +122,14 @@ class CitationOut(BaseModel):
     document_hash: str
     document_uri_m: str | None = Field(description="Null unless the document was kept.")
     quote_hash: str
-    selector: list[dict[str, Any]] | None
+    selector: list[dict[str, Any]] | None = Field(
+        description="Null once the passage was deleted (expired or erased): see passage_deleted."
+    )
+    passage_deleted: PassageDeletedOut | None = Field(
+        default=None,
+        description="Set when the passage memento is a tombstone: when, why (an erasure names "
+        "its admin-log entry), and where the quote was (its text is gone).",
+    )
     robust_link: str
     text_fragment_url: str | None
     extractor: str
@@ -154,6 +169,23 @@ class TranscriptOut(BaseModel):
     citations: list[CitationOut]
 
 
+def _deleted(citation: Citation) -> dict[str, Any] | None:
+    passage = citation.passage
+    if passage.deleted_at is None:
+        return None
+    shown = shown_deletion_reason(passage.deletion_reason)
+    try:
+        reason: dict[str, Any] | str = json.loads(shown)
+    except ValueError:
+        reason = shown
+    start, end = citation.position
+    return {
+        "deleted_at": to_rfc3339(passage.deleted_at),
+        "reason": reason,
+        "position": {"start": start, "end": end},
+    }
+
+
 def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict[str, Any]:
     uri_m = urls.memento(citation.passage.id)
     selector = citation.selector
@@ -177,6 +209,7 @@ def render_citation(citation: Citation, urls: Urls, attach_hashes: bool) -> dict
         else None,
         "quote_hash": citation.quote_hash,
         "selector": selector.as_web_annotation() if selector else None,
+        "passage_deleted": _deleted(citation),
         "robust_link": robust_link(
             citation.document_uri_r, uri_m, citation.passage.captured_at, extra=extra
         ),

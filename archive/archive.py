@@ -23,6 +23,7 @@ from archive.base_url import (
 )
 from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk, TranscriptBook
+from archive.citations.textmemory import TextMemory
 from archive.committer import CommitCounts
 from archive.config import Settings
 from archive.dates import to_rfc3339
@@ -39,6 +40,7 @@ from archive.mementos import (
     check_memento_id,
 )
 from archive.retention import Retention
+from archive.retention.records import shown_deletion_reason
 from archive.uri import URIR, parse_uri_r
 from archive.writes import MementoRequest, MementoWriter, WriteResult
 
@@ -77,7 +79,13 @@ class Archive:
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
         self.transcripts = TranscriptBook(index, settings.citations)
-        self.retention = Retention(self.index, self.blobs, settings.citations)
+        # This process's text caches, told of erasures (here at once, elsewhere by signal).
+        self.text_memory = TextMemory(
+            index.erasure_generation if index.erasures_signalled else None
+        )
+        self.retention = Retention(
+            self.index, self.blobs, settings.citations, forget_text=self.text_memory.forget
+        )
         self.citations = CitationDesk(
             index=index,
             blobs=blob_store,
@@ -89,6 +97,7 @@ class Archive:
             initial_lock=self.writes.initial_lock,
             redate=self.retention.evaluator.redate,
             extraction_limits=settings.extraction_limits,
+            memory=self.text_memory,
         )
         self.drift = DriftService(
             settings,
@@ -97,6 +106,7 @@ class Archive:
             self.transcripts,
             self.writes.initial_lock,
             self.retention.evaluator.redate,
+            memory=self.text_memory,
         )
 
     @classmethod
@@ -180,7 +190,7 @@ class Archive:
                 "this memento was deleted",
                 memento_id=memento.id,
                 deleted_at=to_rfc3339(memento.deleted_at),
-                reason=memento.deletion_reason or "",
+                reason=shown_deletion_reason(memento.deletion_reason),
                 content_hash=memento.content_hash,
                 memento_datetime=to_rfc3339(memento.captured_at),
             )

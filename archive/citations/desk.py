@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from archive.blobstore.base import BlobStore
@@ -38,6 +38,7 @@ from archive.citations.records import (
     Evidence,
     PlannedCitation,
 )
+from archive.citations.textmemory import TextMemory
 from archive.citations.transcripts import TranscriptBook
 from archive.committer import GroupCommitter
 from archive.config import CitationPolicy, ExtractionLimits
@@ -117,6 +118,7 @@ class CitationDesk:
         initial_lock: Callable[[datetime], datetime | None],
         redate: Redate,
         extraction_limits: ExtractionLimits | None = None,
+        memory: TextMemory | None = None,
     ) -> None:
         self.index = index
         self.extraction_limits = extraction_limits or ExtractionLimits()
@@ -131,6 +133,9 @@ class CitationDesk:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        # Prepared text is text of captured bytes: an erasure must reach it (textmemory).
+        self.memory = memory if memory is not None else TextMemory(None)
+        self.memory.register(self._forget_prepared)
 
     @property
     def committer(self) -> GroupCommitter[StoreJob, CiteResult]:
@@ -183,6 +188,7 @@ class CitationDesk:
     def _plan(
         self, tenant: str, requests: Sequence[CitationRequest], deadline: float
     ) -> tuple[list[PlannedCitation], list[CitationError]]:
+        self.memory.heed()  # an erasure since the last citation: forget its text first
         planned, errors = [], []
         seen: dict[_EvidenceKey, Evidence] = {}  # an answer cites one document several times
         for number, request in enumerate(requests):
@@ -292,6 +298,14 @@ class CitationDesk:
             while len(self._prepared_cache) > _PREPARED_CACHE_SIZE:
                 self._prepared_cache.popitem(last=False)
         return prepared
+
+    def _forget_prepared(self, tenant: str | None, addresses: Collection[str] | None) -> None:
+        with self._lock:
+            if addresses is None:
+                self._prepared_cache.clear()
+                return
+            for key in [k for k in self._prepared_cache if k[0] == tenant and k[1] in addresses]:
+                del self._prepared_cache[key]
 
     def _evidence(self, tenant: str, request: CitationRequest) -> Evidence:
         if (request.memento_id is None) == (request.source is None):

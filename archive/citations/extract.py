@@ -36,6 +36,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pypdfium2.version
@@ -147,6 +148,14 @@ def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
         _cache_chars = 0
+
+
+def forget_cached(tenant: str | None, addresses: Collection[str]) -> None:
+    """Forget ``tenant``'s extractions of these content addresses (their bytes were erased)."""
+    global _cache_chars
+    with _cache_lock:
+        for key in [k for k in _cache if k[0] == tenant and k[1] in addresses]:
+            _cache_chars -= len(_cache.pop(key).text)
 
 
 def _cache_get(key: _CacheKey) -> ExtractedText | None:

@@ -389,3 +389,10 @@ def prepare(text: str, *, pdf: bool = False) -> PreparedText:
         while len(_prepared) > _PREPARED_CACHE:
             _prepared.popitem(last=False)
     return prepared
+
+
+def forget_prepared() -> None:
+    """Forget every text prepared lately (they are keyed by object, not by what they are
+    from, so an erasure forgets them all: at most eight, cheap to prepare again)."""
+    with _prepared_lock:
+        _prepared.clear()

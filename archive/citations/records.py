@@ -114,6 +114,7 @@ class Citation:
     document_facts: CaptureFacts
     quote_hash: str
     selector: Selector | None  # None once retention has tombstoned the text
+    position: tuple[int, int]  # TextPositionSelector start and end: kept when the text is not
     extractor: str
     extractor_version: str
     normalisation: str
@@ -189,6 +190,7 @@ def citation_from_row(row: Row[Any] | RowView, passage: Memento) -> Citation:
         ),
         quote_hash=row.quote_hash,
         selector=selector,
+        position=(row.position_start, row.position_end),
         extractor=row.extractor,
         extractor_version=row.extractor_version,
         normalisation=row.normalisation,

@@ -128,6 +128,7 @@ class DriftJob:
     ) -> RunSummary:
         if limit is not None and limit < 0:
             raise InvalidInput("limit must not be negative")
+        self.service.memory.heed()  # an erasure since the last run: forget extractions
         started = time.monotonic()
         start = now or utc_now()
         run_id = secrets.token_hex(8)

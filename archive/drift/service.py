@@ -28,6 +28,7 @@ from sqlalchemy import and_, case, func, or_, select
 from archive.blobstore.base import BlobStore
 from archive.citations import Transcript, TranscriptBook
 from archive.citations.ledger import Redate
+from archive.citations.textmemory import TextMemory
 from archive.config import DriftPolicy, Settings
 from archive.dates import utc_now
 from archive.drift.records import (
@@ -81,8 +82,11 @@ class DriftService:
         redate: Redate,
         *,
         classify: Classify | None = None,
+        memory: TextMemory | None = None,
     ) -> None:
         self.settings = settings
+        # The extraction cache holds live pages' text: heeded before each run (textmemory).
+        self.memory = memory if memory is not None else TextMemory(None)
         self.index = index
         self.blobs = blobs
         # When a new blob's Object Lock retention ends (the facade's ``initial_lock``).

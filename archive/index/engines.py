@@ -105,6 +105,10 @@ def sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+        # Deleted and rewritten cells, and freed pages, are overwritten with zeros, so text
+        # an erasure or a sweep removes does not linger in free space (only the WAL then
+        # holds it, until the checkpoint that follows an erasure: checkpoint_truncate).
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -112,3 +116,20 @@ def sqlite_engine(url: str, *, durable: bool, immediate: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def checkpoint_truncate(engine: Engine) -> bool:
+    """Copy every WAL frame into the database file and truncate the WAL to zero bytes, on the
+    writer's own connection (so no write is in progress). Waits, up to the busy timeout, for
+    readers still using older frames. True when the WAL is empty now; False when a reader
+    kept it (the frames stay until the next complete checkpoint)."""
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            busy, _frames, _copied = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            cursor.close()
+    finally:
+        connection.close()
+    return not busy

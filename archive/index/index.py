@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
 from archive.index.engines import (
     OpenWrite,
+    checkpoint_truncate,
     create_private_database,
     driver_url,
     lock_against_sweeps,
@@ -117,6 +118,9 @@ class Index:
         # remembers of live mementos (cache_until_deletion) is forgotten at once. A budget
         # of 0: it remembers nothing itself.
         self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "deletions", budget=0)
+        # Every erasure commits through this one too: each process then forgets the text it
+        # derived from captured bytes (extractions, prepared text; see TextMemory).
+        self._erasures: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "erasures", budget=0)
         self.time_travel = TimeTravel(self.lookups)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
@@ -137,6 +141,7 @@ class Index:
         return self.dialect == "sqlite"
 
     def close(self) -> None:
+        self._erasures.close()
         self._deletions.close()
         self.lookups.close()
         self._writer.dispose()
@@ -177,6 +182,31 @@ class Index:
             connection.close()
             raise
         return OpenWrite(connection, transaction)
+
+    def erasing(self) -> AbstractContextManager[None]:
+        """Wrap an erasure's commit: every process on this index (SQLite) then forgets the
+        text it derived from captured bytes at its next use of it (:meth:`erasure_generation`)."""
+        return self._erasures.changing()
+
+    def erasure_generation(self) -> int | None:
+        """Moves after every erasure committed by any process on this SQLite index; None while
+        one commits, and always without a signal (see :attr:`erasures_signalled`)."""
+        return self._erasures.generation()
+
+    @property
+    def erasures_signalled(self) -> bool:
+        """Whether :meth:`erasure_generation` tells anything: False on PostgreSQL."""
+        return self._erasures.signalled
+
+    def scrub(self) -> bool:
+        """Leave no copy of deleted text in the index's files that SQLite could still read:
+        with ``secure_delete`` on (every connection), freed cells and pages are zeros in the
+        database file once the WAL is checkpointed into it and truncated. True when done
+        (always on PostgreSQL, where this is an operator's job: docs/design.md §7.3); False
+        when a reader kept the WAL, which the next complete checkpoint then empties."""
+        if self.dialect != "sqlite":
+            return True
+        return checkpoint_truncate(self._writer)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

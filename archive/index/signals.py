@@ -230,6 +230,11 @@ class ReadCache(Generic[K, V]):
         self.hits = 0
         self.misses = 0
 
+    @property
+    def signalled(self) -> bool:
+        """True when this process maps the signal (SQLite, POSIX, a file it could open)."""
+        return self._signal is not None
+
     def get(self, key: K) -> V | None:
         """The remembered value, or None: a dictionary read and a memory read, no more."""
         signal = self._signal

@@ -21,8 +21,8 @@ from archive.exceptions import InvalidInput, NotFound, RetentionConflict, Transc
 from archive.index import Index
 from archive.index.schema import admin_log, citations, drift_checks, mementos, transcripts
 from archive.retention.deletion import Deleter
+from archive.retention.erasure import Eraser, Erasure, ForgetText
 from archive.retention.evaluation import Evaluator
-from archive.retention.records import SweepReport
 
 MAX_REASON = 2000
 
@@ -57,12 +57,14 @@ class RetentionAdmin:
         policy: CitationPolicy,
         evaluator: Evaluator,
         deleter: Deleter,
+        forget_text: ForgetText | None = None,
     ) -> None:
         self.index = index
         self.store = store
         self.policy = policy
         self.evaluator = evaluator
         self.deleter = deleter
+        self.eraser = Eraser(index, store, evaluator, deleter, forget_text)
 
     def set_transcript_hold(
         self, tenant: str, transcript_id: str, on: bool, reason: str, actor: str
@@ -168,52 +170,25 @@ class RetentionAdmin:
             )
         return until
 
-    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> None:
-        """Delete evidence now (takedown, court order, data-protection request)."""
+    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> Erasure:
+        """Delete evidence now (takedown, court order, data-protection request), with
+        everything derived from its bytes (:mod:`archive.retention.erasure`)."""
         reason = _check_reason(reason)
-        now = utc_now()
-        with self.index.write(exclusive=True) as connection:
-            row = connection.execute(
-                select(mementos).where(
-                    mementos.c.tenant == tenant,
-                    mementos.c.id == memento_id,
-                    mementos.c.deleted_at.is_(None),
-                )
-            ).first()
-            if row is None:
-                raise NotFound("no memento with this id")
-            if row.legal_hold:
-                raise RetentionConflict("the memento is under legal hold; release it first")
-            if self.evaluator.evaluate(connection, [memento_id])[0].expiry is None:
-                raise RetentionConflict(
-                    "a transcript citing this memento is under legal hold; release it first"
-                )
-            if self.store.lock_mode == "COMPLIANCE":
-                raise RetentionConflict(
-                    "the store keeps evidence under S3 Object Lock COMPLIANCE mode: nobody can "
-                    "delete it before its retain-until date, so erasure is impossible until then"
-                )
-            connection.execute(
-                update(mementos)
-                .where(mementos.c.id == memento_id)
-                .values(
-                    deleted_at=now, deletion_reason=json.dumps({"kind": "erasure", "by": actor})
-                )
-            )
-            self.deleter.forget_text(connection, [memento_id])
-            self.deleter.mark_orphans_dying(connection, [memento_id])
+
+        def log(
+            connection: Connection,
+            log_id: str,
+            tenant: str,
+            actor: str,
+            target: str,
+            reason: str,
+            detail: dict[str, str],
+        ) -> None:
             self._log(
-                connection,
-                tenant,
-                actor,
-                "erasure",
-                "memento",
-                memento_id,
-                reason,
-                {"content_hash": row.content_hash},
+                connection, tenant, actor, "erasure", "memento", target, reason, detail, log_id
             )
-        report = SweepReport(dry_run=False)
-        self.deleter.delete_blob(row.content_hash, report, erasure=reason)
+
+        return self.eraser.erase(tenant, memento_id, reason, actor, log)
 
     def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, object]]:
         with self.index.read() as connection:
@@ -247,10 +222,11 @@ class RetentionAdmin:
         target: str,
         reason: str,
         detail: dict[str, str],
+        log_id: str | None = None,
     ) -> None:
         connection.execute(
             insert(admin_log).values(
-                id=uuid.uuid4().hex,
+                id=log_id or uuid.uuid4().hex,
                 tenant=tenant,
                 key_id=actor,
                 action=action,

@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, exists, select, update
+from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, or_, select, update
 
 from archive.blobstore.base import BlobStore
 from archive.exceptions import StorageError
 from archive.index import Index
-from archive.index.schema import blobs, citations, drift_checks, mementos
+from archive.index.schema import blobs, citations, drift_checks, mementos, transcript_reviews
 from archive.retention.evaluation import Evaluator, json_ids
 from archive.retention.records import SweepReport, Verdict
 
@@ -36,6 +37,12 @@ from archive.retention.records import SweepReport, Verdict
 BLOBS_PER_TRANSACTION = 100
 # A store without batched deletes (S3: a round trip per delete) holds the lock longer per blob.
 REMOTE_BLOBS_PER_TRANSACTION = 50
+
+
+def reason_kinds(reasons: Sequence[object]) -> list[object]:
+    """Drift reasons without the words they quote: ``antonym:fair->unfair`` → ``antonym``
+    (the rules' reason names never contain a colon; what follows one is detail)."""
+    return [r.split(":", 1)[0] if isinstance(r, str) else r for r in reasons]
 
 
 class Deleter:
@@ -72,17 +79,81 @@ class Deleter:
         self.mark_orphans_dying(connection, ids)
 
     def forget_text(self, connection: Connection, memento_ids: Sequence[str]) -> None:
-        # Tombstones keep hashes, dates and policy — never quote or selector text, nor the
-        # drift diffs (old and new wording of the cited passage).
+        """Blank the text the index holds of these (tombstoned) mementos' bytes.
+
+        Tombstones keep hashes, dates, offsets and policy — never text: the selectors of the
+        citations whose passage or document they are lose exact, prefix and suffix; the
+        drift checks of those passages, and those that archived one of them (new wording, a
+        live page), lose their diff (old and new wording) and the words their reasons quote
+        (``antonym:fair->unfair`` keeps ``antonym``), and so do the review flags that copied
+        those reasons."""
+        if not memento_ids:
+            return
         batch = self._ids(memento_ids)
         connection.execute(
             update(citations)
-            .where(citations.c.passage_memento_id.in_(batch))
+            .where(
+                or_(
+                    citations.c.passage_memento_id.in_(batch),
+                    citations.c.document_memento_id.in_(batch),
+                ),
+                citations.c.selector_json.is_not(None),
+            )
             .values(selector_json=None)
         )
-        connection.execute(
-            update(drift_checks).where(drift_checks.c.memento_id.in_(batch)).values(diff_json=None)
-        )
+        checks = connection.execute(
+            select(
+                drift_checks.c.id,
+                drift_checks.c.tenant,
+                drift_checks.c.transcript_id,
+                drift_checks.c.reasons_json,
+                drift_checks.c.diff_json.is_not(None).label("has_diff"),
+            ).where(
+                or_(
+                    drift_checks.c.memento_id.in_(self._ids(memento_ids)),
+                    drift_checks.c.new_passage_memento_id.in_(self._ids(memento_ids)),
+                    drift_checks.c.live_document_memento_id.in_(self._ids(memento_ids)),
+                )
+            )
+        ).all()
+        changed = []
+        for row in checks:
+            reasons = json.loads(row.reasons_json)
+            kinds = reason_kinds(reasons)
+            if row.has_diff or kinds != reasons:
+                changed.append({"check": row.id, "reasons": json.dumps(kinds)})
+        if changed:
+            connection.execute(
+                update(drift_checks)
+                .where(drift_checks.c.id == bindparam("check"))
+                .values(diff_json=None, reasons_json=bindparam("reasons")),
+                changed,
+            )
+        self._forget_review_reasons(connection, checks)
+
+    def _forget_review_reasons(self, connection: Connection, checks: Sequence[Row[Any]]) -> None:
+        """The review flags of these checks' transcripts copied each check's reasons."""
+        ids = {row.id for row in checks}
+        for tenant, transcript_id in sorted({(row.tenant, row.transcript_id) for row in checks}):
+            key = and_(
+                transcript_reviews.c.tenant == tenant,
+                transcript_reviews.c.transcript_id == transcript_id,
+            )
+            stored = connection.execute(select(transcript_reviews.c.reasons_json).where(key))
+            found = stored.scalar_one_or_none()
+            if found is None:
+                continue
+            flags = json.loads(found)
+            blanked = [
+                {**flag, "reasons": reason_kinds(flag.get("reasons", []))}
+                if flag.get("check_id") in ids
+                else flag
+                for flag in flags
+            ]
+            if blanked != flags:
+                connection.execute(
+                    update(transcript_reviews).where(key).values(reasons_json=json.dumps(blanked))
+                )
 
     def mark_orphans_dying(self, connection: Connection, memento_ids: Sequence[str]) -> None:
         """Mark ``deleting`` the live blobs of these mementos that no live memento uses."""
@@ -121,9 +192,12 @@ class Deleter:
             with self.index.write(exclusive=True) as connection:
                 self._delete_blobs_locked(connection, dying[start : start + step], report)
 
-    def delete_blob(self, address: str, report: SweepReport, erasure: str | None = None) -> None:
+    def delete_blobs(
+        self, addresses: Sequence[str], report: SweepReport, erasure: str | None = None
+    ) -> None:
+        """Delete these blobs now if they are ``deleting`` (one exclusive write)."""
         with self.index.write(exclusive=True) as connection:
-            self._delete_blobs_locked(connection, [address], report, erasure)
+            self._delete_blobs_locked(connection, addresses, report, erasure)
 
     def _delete_blobs_locked(
         self,

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from archive.dates import to_rfc3339
+
+
+def shown_deletion_reason(stored: str | None) -> str:
+    """A tombstone's reason as shown to whoever reads the memento (any role of its tenant).
+
+    An erasure's reason names its admin-log entry, not the admin: who erased, and why, is
+    in the admin log, for admins. Tombstones written before that choice hold the erasing
+    key id under ``by``; it is left out here, so nobody but an admin sees it."""
+    if not stored:
+        return ""
+    try:
+        reason = json.loads(stored)
+    except ValueError:
+        return stored
+    if isinstance(reason, dict) and reason.get("kind") == "erasure" and "by" in reason:
+        reason = {k: v for k, v in reason.items() if k != "by"}
+        return json.dumps(reason)
+    return stored
 
 
 @dataclass

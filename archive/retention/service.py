@@ -24,6 +24,7 @@ from archive.config import CitationPolicy
 from archive.index import Index
 from archive.retention.admin import RetentionAdmin
 from archive.retention.deletion import Deleter
+from archive.retention.erasure import Erasure, ForgetText
 from archive.retention.evaluation import Evaluator
 from archive.retention.gc import GarbageCollector
 from archive.retention.hooks import RetentionHooks
@@ -45,6 +46,7 @@ class Retention:
         blobs: BlobStore,
         policy: CitationPolicy,
         hooks: RetentionHooks | None = None,
+        forget_text: ForgetText | None = None,
     ) -> None:
         self.index = index
         self.hooks = hooks if hooks is not None else RetentionHooks()
@@ -54,7 +56,8 @@ class Retention:
         self.locks = LockDates(index, blobs)
         self.sweeper = Sweeper(index, blobs, self.evaluator, self.deleter, self.locks, self.hooks)
         self.gc = GarbageCollector(index, blobs)
-        self.admin = RetentionAdmin(index, blobs, policy, self.evaluator, self.deleter)
+        # forget_text: what this process caches of erased bytes (TextMemory.forget).
+        self.admin = RetentionAdmin(index, blobs, policy, self.evaluator, self.deleter, forget_text)
 
     # -- the sweep and the store's locks --------------------------------------------------
 
@@ -123,8 +126,8 @@ class Retention:
     ) -> datetime:
         return self.admin.change_retention(tenant, transcript_id, retention, reason, actor)
 
-    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> None:
-        self.admin.erase(tenant, memento_id, reason, actor)
+    def erase(self, tenant: str, memento_id: str, reason: str, actor: str) -> Erasure:
+        return self.admin.erase(tenant, memento_id, reason, actor)
 
     def admin_log(self, tenant: str, limit: int = 100) -> list[dict[str, object]]:
         return self.admin.admin_log(tenant, limit)
