@@ -76,7 +76,7 @@ def html(*paragraphs: str) -> bytes:
 @pytest.fixture()
 def settings(settings: Settings) -> Settings:
     return settings.with_overrides(
-        fetch_allow=("127.0.0.1",),
+        fetch_allow=("127.0.0.1:*",),
         extra={"drift": {"host_delay_seconds": 0.0, "timeout_seconds": 2.0}},
     )
 

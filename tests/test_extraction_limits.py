@@ -278,7 +278,7 @@ def test_a_live_page_over_a_limit_is_unreachable_not_drift(tmp_path: Path) -> No
     settings = Settings(
         data_dir=tmp_path / "amber-data",
         public_base_url="http://amber.test",
-        fetch_allow=("127.0.0.1",),
+        fetch_allow=("127.0.0.1:*",),
         extract_workers=2,
         extract_timeout_seconds=1.0,
         extra={"drift": {"host_delay_seconds": 0.0, "soft_404_probe": False}},
