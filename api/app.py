@@ -21,11 +21,13 @@ from api import (
     transcripts,
 )
 from api.auth import Gatekeeper
+from api.budget import RequestBudget
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
 from archive.access.ratelimit import RateLimiter
 from archive.archive import Archive
+from archive.budget import JsonBudget
 from archive.config import Settings
 
 DESCRIPTION = """
@@ -92,10 +94,15 @@ def create_app(
         archive.keys if archive is not None else None,
     )
     app.state.urls = Urls(base_url)
-    app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
-    app.write_route = fastpath.WriteRoute(
-        app.state.gatekeeper, app.state.urls, settings.max_body_bytes
+    budget = RequestBudget(
+        app.state.gatekeeper,
+        settings.max_body_bytes,
+        JsonBudget.of(settings),
+        settings.max_error_items,
     )
+    app.state.budget = budget  # for the routes that take a body (api.budget.BudgetedRoute)
+    app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
+    app.write_route = fastpath.WriteRoute(budget, app.state.urls)
     if archive is not None:
         app.state.archive = archive
         app.memento_route.start(archive)
