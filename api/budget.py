@@ -12,8 +12,9 @@ In this order, and nowhere else:
    A body over :data:`INLINE_BYTES` is parsed and validated in a worker thread, so other
    requests are served meanwhile.
 
-A body that passes is handed on unchanged (FastAPI parses it again, cheaply now that it is
-known to be within bounds; the memento write uses the parsed model directly). What this
+A body that passes is handed on with what the budget made of it: FastAPI's route gets the
+parsed JSON (:class:`JudgedRequest`: no second parse on the event loop) and validates it
+again, cheaply now that it is known to be valid; the memento write uses the model directly. What this
 layer does not judge (another Content-Type, an empty body, ``null``, text that is not
 UTF-8) is handed on too, and FastAPI answers it as it always did.
 """
@@ -61,12 +62,18 @@ class BodyRoute:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A request let through: who sent it, its body, and the body validated against the
-    route's model (None when the budget left judging it to FastAPI)."""
+    """A request let through: who sent it, its body, the body parsed (``data``) and
+    validated against the route's model (``value``); both None when the budget left
+    judging the body to FastAPI."""
 
     principal: Principal | None
     raw: bytes
-    value: Any
+    data: Any = None
+    value: Any = None
+
+    @property
+    def judged(self) -> bool:
+        return self.value is not None
 
 
 class _Deferred(Enum):
@@ -110,23 +117,27 @@ class RequestBudget:
         assert isinstance(raw, bytes)
         content_type = headers.get(b"content-type")
         if not raw or not _is_json(content_type, route):
-            return Admitted(principal, raw, None)
+            return Admitted(principal, raw)
         if len(raw) <= INLINE_BYTES:
             outcome = self.judge(raw, route.model)
         else:
             outcome = await run_in_threadpool(self.judge, raw, route.model)
         if content_type is None and isinstance(outcome, AmberError | Response):
             # Parsed only in case it is valid: FastAPI refuses a body without Content-Type.
-            return Admitted(principal, raw, None)
+            return Admitted(principal, raw)
         if isinstance(outcome, AmberError):
             return amber_error_response(outcome, method, path)
         if isinstance(outcome, Response):
             return outcome
-        return Admitted(principal, raw, None if outcome is _Deferred.TO_FASTAPI else outcome)
+        if outcome is _Deferred.TO_FASTAPI:
+            return Admitted(principal, raw)
+        data, value = outcome
+        return Admitted(principal, raw, data, value)
 
     def judge(self, raw: bytes, model: TypeAdapter[Any]) -> Any:
-        """The body parsed within budget and validated, or why it is refused (an error or
-        the answer), or ``_Deferred.TO_FASTAPI``. Runs in a worker thread for large bodies."""
+        """The body parsed within budget and validated (``(data, value)``), or why it is
+        refused (an error or the answer), or ``_Deferred.TO_FASTAPI``. Runs in a worker
+        thread for large bodies."""
         try:
             data = self.json_budget.loads(raw)
         except OverBudget as error:
@@ -138,7 +149,7 @@ class RequestBudget:
         if data is None:
             return _Deferred.TO_FASTAPI  # FastAPI reads null as a missing body
         try:
-            return model.validate_python(data, from_attributes=True)
+            return data, model.validate_python(data, from_attributes=True)
         except ValidationError as error:
             return invalid_request_response(
                 _problems(error, self.max_error_items), error.error_count(), self.max_error_items
@@ -168,9 +179,25 @@ class BudgetedRoute(APIRoute):
                 raise ClientDisconnect()
             if isinstance(admitted, Response):
                 return admitted
-            return await handler(Request(request.scope, replay(admitted.raw, request.receive)))
+            receive = replay(admitted.raw, request.receive)
+            if admitted.judged:
+                return await handler(JudgedRequest(request.scope, receive, admitted.data))
+            return await handler(Request(request.scope, receive))
 
         return budgeted
+
+
+class JudgedRequest(Request):
+    """A request whose JSON body the budget has parsed: ``json()`` answers with it, so
+    FastAPI does not parse it a second time on the event loop (a 30 MB document would
+    hold the loop, and the GIL, for a long moment)."""
+
+    def __init__(self, scope: asgi.Scope, receive: asgi.Receive, data: Any) -> None:
+        super().__init__(scope, receive)
+        self._judged = data
+
+    async def json(self) -> Any:
+        return self._judged
 
 
 def _problems(error: ValidationError, limit: int) -> list[dict[str, Any]]:
