@@ -6,7 +6,9 @@ request body or captured text back: validation errors are stripped of their ``in
 Every answer is bounded whatever the request: a 422 lists at most ``AMBER_MAX_ERROR_ITEMS``
 problems (``detail.problems``) and counts the rest (``detail.problems_omitted``), each
 problem's text cut to :data:`PROBLEM_TEXT_CHARS` characters and its location to
-:data:`PROBLEM_LOC_ITEMS` items of at most :data:`PROBLEM_LOC_CHARS` characters.
+:data:`PROBLEM_LOC_ITEMS` items of at most :data:`PROBLEM_LOC_CHARS` characters; a
+``citations_rejected`` answer lists at most as many refused citations (``errors``) and
+counts the rest (``detail.errors_omitted``).
 """
 
 from __future__ import annotations
@@ -68,10 +70,15 @@ def status_for(error: exc.AmberError) -> int:
 
 async def _amber_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, exc.AmberError)
-    return amber_error_response(error, request.method, request.url.path)
+    limit: int = request.app.state.settings.max_error_items
+    return amber_error_response(error, request.method, request.url.path, limit)
 
 
-def amber_error_response(error: exc.AmberError, method: str, path: str) -> JSONResponse:
+def amber_error_response(
+    error: exc.AmberError, method: str, path: str, max_items: int | None = None
+) -> JSONResponse:
+    """The answer to ``error``; a ``citations_rejected`` answer lists at most ``max_items``
+    refused citations (``errors``) and counts the rest (``detail.errors_omitted``)."""
     status = status_for(error)
     if status >= 500:
         # Codes and addresses only: detail never holds captured text.
@@ -80,7 +87,10 @@ def amber_error_response(error: exc.AmberError, method: str, path: str) -> JSONR
     detail = {k: v for k, v in error.detail.items() if isinstance(v, str | int | float | bool)}
     body = error_body(error.code, error.message, detail)
     if isinstance(error, CitationsRejected):
-        body["errors"] = [vars(e) for e in error.errors]
+        listed = error.errors if max_items is None else error.errors[:max_items]
+        body["errors"] = [vars(e) for e in listed]
+        if len(listed) < len(error.errors):
+            body["error"]["detail"]["errors_omitted"] = len(error.errors) - len(listed)
     return JSONResponse(body, status, headers=headers)
 
 

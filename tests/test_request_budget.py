@@ -317,3 +317,22 @@ def test_settings_bound_the_budget(tmp_path: Path) -> None:
     settings = Settings.from_env({"AMBER_MAX_JSON_NODES": "7", "AMBER_MAX_ERROR_ITEMS": "3"})
     assert JsonBudget.of(settings).max_nodes == 7
     assert settings.max_error_items == 3
+
+
+def test_rejected_citations_are_listed_up_to_the_cap_and_counted(server: Any) -> None:
+    opened = httpx.put(
+        server.base_url + "/api/v1/transcripts/t-rejected", json={}, headers=server.headers
+    )
+    assert opened.status_code in (200, 201)
+    citations = [{"memento_id": f"{i:064x}", "quote": {"exact": "q"}} for i in range(30)]
+    response = httpx.post(
+        server.base_url + "/api/v1/transcripts/t-rejected/citations",
+        json={"citations": citations},
+        headers=server.headers,
+        timeout=60,
+    )
+    assert response.status_code == 422, response.text[:300]
+    body = response.json()
+    assert body["error"]["code"] == "citations_rejected"
+    assert [e["index"] for e in body["errors"]] == list(range(20))
+    assert body["error"]["detail"]["errors_omitted"] == 10
