@@ -45,6 +45,7 @@ PUBLIC = [
     "Neighbours",
     "NotFound",
     "OriginalNotFound",
+    "OverBudget",
     "PayloadTooLarge",
     "Principal",
     "QuoteNotFound",
