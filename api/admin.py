@@ -10,13 +10,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import require
+from api.budget import BudgetedRoute
 from api.deps import get_archive
 from api.models import ERROR_RESPONSES
 from archive.access.keys import KeyInfo, Principal, Role
 from archive.archive import Archive
 from archive.dates import parse_rfc3339, to_rfc3339
 
-router = APIRouter(prefix="/api/v1", tags=["admin"])
+router = APIRouter(prefix="/api/v1", tags=["admin"], route_class=BudgetedRoute)
 admin_only = require(Role.ADMIN)
 
 

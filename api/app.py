@@ -21,12 +21,14 @@ from api import (
     transcripts,
 )
 from api.auth import Gatekeeper
+from api.budget import RequestBudget
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
 from archive.access.ratelimit import RateLimiter
 from archive.archive import Archive
 from archive.base_url import DEFAULT_PUBLIC_BASE_URL
+from archive.budget import JsonBudget
 from archive.config import Settings
 
 DESCRIPTION = """
@@ -101,10 +103,15 @@ def create_app(
         archive.keys if archive is not None else None,
     )
     app.state.urls = urls
-    app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
-    app.write_route = fastpath.WriteRoute(
-        app.state.gatekeeper, app.state.urls, settings.max_body_bytes
+    budget = RequestBudget(
+        app.state.gatekeeper,
+        settings.max_body_bytes,
+        JsonBudget.of(settings),
+        settings.max_error_items,
     )
+    app.state.budget = budget  # for the routes that take a body (api.budget.BudgetedRoute)
+    app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
+    app.write_route = fastpath.WriteRoute(budget, app.state.urls)
     if archive is not None:
         urls.rebase(archive.settle_base_url(urls.base).url)
         app.state.archive = archive

@@ -4,15 +4,20 @@ Each route declares the roles it accepts with ``Depends(require(Role.AGENT, …)
 dependency authenticates the bearer key, spends a rate-limit token and checks the role. With
 authentication turned off (``amber serve --insecure-no-auth``, loopback only) every request
 acts as a principal holding all roles in the default tenant.
+
+A route that takes a body is authorised earlier, from the headers alone, by the request
+budget (:mod:`api.budget`), before its body is read; the dependency then takes the principal
+it found (``scope[ADMITTED_PRINCIPAL]``) instead of checking the key and spending a token again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from archive.access.audit import ReadAudit
@@ -25,6 +30,10 @@ ALL_ROLES = frozenset(Role)
 READERS = (Role.AGENT, Role.AUDITOR, Role.ADMIN)
 _AUDITED = frozenset({Role.AUDITOR, Role.ADMIN})
 NO_AUTH_PRINCIPAL = Principal(key_id="no-auth", tenant=DEFAULT_TENANT, roles=ALL_ROLES)
+# ASGI scope key: the principal the request budget authorised from this request's headers.
+ADMITTED_PRINCIPAL = "amber.admitted_principal"
+# Each dependency made by require(), with the roles it accepts.
+_ROLES_OF: dict[Callable[..., Any], frozenset[Role]] = {}
 
 
 # auto_error=False: we answer missing/odd credentials ourselves, as a JSON 401.
@@ -42,12 +51,27 @@ def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
+        admitted = request.scope.get(ADMITTED_PRINCIPAL)
+        if isinstance(admitted, Principal) and not admitted.roles.isdisjoint(allowed):
+            return admitted
         presented = credentials.credentials if credentials is not None else None
         gatekeeper: Gatekeeper = request.app.state.gatekeeper
         return await gatekeeper.authorize(presented, allowed)
 
     dependency.__name__ = "require_" + "_or_".join(sorted(r.value for r in allowed))
+    _ROLES_OF[dependency] = allowed
     return dependency
+
+
+def roles_required(dependant: Dependant) -> frozenset[Role] | None:
+    """The roles a route's ``require`` dependency accepts; None when it asks for no key."""
+    for sub in dependant.dependencies:
+        roles = _ROLES_OF.get(sub.call) if sub.call is not None else None
+        if roles is None:
+            roles = roles_required(sub)
+        if roles is not None:
+            return roles
+    return None
 
 
 @dataclass

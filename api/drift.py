@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import READERS, audit_read, require
+from api.budget import BudgetedRoute
 from api.deps import get_archive, get_urls
 from api.models import ERROR_RESPONSES
 from api.urls import Urls
@@ -20,7 +21,7 @@ from archive.citations import Citation
 from archive.dates import to_rfc3339
 from archive.drift import CheckRecord, Review, SourceRate, host_of
 
-router = APIRouter(tags=["drift"])
+router = APIRouter(tags=["drift"], route_class=BudgetedRoute)
 readers = require(*READERS)
 reviewers = require(Role.AUDITOR, Role.ADMIN)
 

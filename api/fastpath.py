@@ -3,23 +3,23 @@
 Why: they are the hottest requests (auditors and agents resolving citations, agents writing
 at citation time), and measured in process FastAPI's routing, dependency solving and
 middleware cost several times the work itself (benchmarks/README.md). Both answer exactly
-as the documented routes in :mod:`api.mementos` do (tests/test_api.py holds them equal),
-and a write FastAPI would refuse is handed to FastAPI, so every refusal is FastAPI's own.
+as the documented routes in :mod:`api.mementos` do (tests/test_api.py holds them equal).
+A write passes the request budget (:mod:`api.budget`) first, as every request with a body
+does; one it lets through that is not plainly well formed is handed to FastAPI.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import NamedTuple
 
 from fastapi import Response
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter
 from starlette import types as asgi
 
 from api.auth import Gatekeeper, bearer_token, record_read
+from api.budget import BodyRoute, RequestBudget, replay
 from api.deps import IDEMPOTENCY_KEY
 from api.errors import amber_error_response, unexpected_error_response
 from api.mementos import (
@@ -30,7 +30,6 @@ from api.mementos import (
     memento_json,
     memento_request,
 )
-from api.middleware import reject_too_large
 from api.models import MementoIn
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.access.keys import Principal
@@ -191,6 +190,13 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in candidates or etag in candidates
 
 
+# The write as the request budget sees it. A body sent without Content-Type is parsed too,
+# as this route always has; FastAPI's route would refuse it, so only a valid one is kept.
+WRITE_BODY = BodyRoute(
+    roles=WRITER_ROLES, model=TypeAdapter(MementoIn), json_without_content_type=True
+)
+
+
 @dataclass
 class WriteRoute:
     """The memento write as plain ASGI, for the same reasons as :class:`MementoRoute`: it is
@@ -199,15 +205,15 @@ class WriteRoute:
     on the event loop, which then serves other requests while the group commit makes it
     durable: no thread hop per request (Archive.write_memento_async).
 
-    Only well-formed requests are served here: anything FastAPI would refuse (malformed
-    JSON, a body that does not match :class:`MementoIn`, an odd Content-Type or
-    Idempotency-Key) is handed, body and all, to the FastAPI route, so every refusal is
-    exactly FastAPI's.
+    The request budget authorises, reads, parses and validates the request first (and
+    refuses it there if it must). Only a well-formed request is served here: anything else
+    FastAPI would refuse (an odd Content-Type or Idempotency-Key, a body sent as ``null``)
+    is handed, body and all, to the FastAPI route, so every refusal is FastAPI's or the
+    budget's, exactly as on every other route.
     """
 
-    gatekeeper: Gatekeeper
+    budget: RequestBudget
     urls: Urls
-    max_body_bytes: int
     archive: Archive | None = None  # set by start()
 
     def start(self, archive: Archive) -> None:
@@ -216,30 +222,29 @@ class WriteRoute:
     async def serve(
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, fallback: asgi.ASGIApp
     ) -> None:
-        authorization = key = content_type = None
+        admitted = await self.budget.admit(WRITE_BODY, scope, receive)
+        if admitted is None:
+            return  # the client left: nobody to answer
+        if isinstance(admitted, Response):
+            await admitted(scope, receive, send)  # refused
+            return
+        key = content_type = None
         for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == b"idempotency-key" and key is None:
+            if name == b"idempotency-key" and key is None:
                 key = value.decode("latin-1")
             elif name == b"content-type" and content_type is None:
                 content_type = value
-            elif name == b"content-length" and _too_large(value, self.max_body_bytes):
-                await reject_too_large(send)
-                return
-        raw = await _read_body(receive, self.max_body_bytes)
-        if raw is _Unread.TOO_LARGE:
-            await reject_too_large(send)
-            return
-        if raw is _Unread.DISCONNECTED:
-            return  # nobody is left to answer
-        body = _well_formed(raw, content_type, key)
-        if body is None:
-            await fallback(scope, _replay(raw, receive), send)
+        body = admitted.value
+        if (
+            not isinstance(body, MementoIn)
+            or admitted.principal is None
+            or not _plain_json(content_type)
+            or (key is not None and not IDEMPOTENCY_KEY.fullmatch(key))
+        ):
+            await fallback(scope, replay(admitted.raw, receive), send)
             return
         try:
-            principal = await self.gatekeeper.authorize(bearer_token(authorization), WRITER_ROLES)
-            response = await self.write(principal, body, raw, key)
+            response = await self.write(admitted.principal, body, admitted.raw, key)
         except AmberError as error:
             response = amber_error_response(error, "POST", WRITE_PATH)
         except Exception:
@@ -266,61 +271,9 @@ class WriteRoute:
         )
 
 
-class _Unread(Enum):
-    TOO_LARGE = "over the body size limit"
-    DISCONNECTED = "the client left before sending it all"
-
-
-def _too_large(content_length: bytes, limit: int) -> bool:
-    try:
-        return int(content_length) > limit
-    except ValueError:
-        return False  # as BodySizeLimit: the bytes actually read are counted below
-
-
-async def _read_body(receive: asgi.Receive, limit: int) -> bytes | _Unread:
-    """The request body, or why it was not read."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return _Unread.DISCONNECTED
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return _Unread.TOO_LARGE
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _well_formed(raw: bytes, content_type: bytes | None, key: str | None) -> MementoIn | None:
-    """The request body as :class:`MementoIn` when FastAPI would accept the request as it
-    stands; None when FastAPI should answer it."""
-    if (
-        content_type is not None
-        and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
-    ):
-        return None
-    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
-        return None
-    try:
-        # json.loads, then validation: exactly what FastAPI does with a JSON body.
-        return MementoIn.model_validate(json.loads(raw))
-    except (ValueError, RecursionError, ValidationError):  # ValueError: JSON, UTF-8 errors
-        return None
-
-
-def _replay(raw: bytes, receive: asgi.Receive) -> asgi.Receive:
-    """A ``receive`` that hands the already-read body over again, then defers to the real one."""
-    replayed = False
-
-    async def replay() -> asgi.Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    return replay
+def _plain_json(content_type: bytes | None) -> bool:
+    """No Content-Type, or ``application/json`` (with parameters): what this route serves."""
+    return (
+        content_type is None
+        or content_type.split(b";", 1)[0].strip().lower() == b"application/json"
+    )

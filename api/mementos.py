@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from api.auth import READERS, audit_read, require
+from api.budget import BudgetedRoute
 from api.deps import get_and_head, get_archive, get_urls, idempotency_key
 from api.models import ERROR_RESPONSES, MementoIn, MementoOut, decode_content
 from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from api.fastpath import MementoRoute, WriteRoute
 
 
-router = APIRouter()
+router = APIRouter(route_class=BudgetedRoute)
 WRITE_PATH = "/api/v1/mementos"
 WRITER_ROLES = frozenset({Role.AGENT})
 READER_ROLES = frozenset(READERS)

@@ -1,13 +1,17 @@
-"""ASGI middleware: request body size limit (413 before the app reads a byte too many)."""
+"""ASGI middleware: request body size limit (413 before the app reads a byte too many).
+
+A safety net: the routes that take a body read it through the request budget
+(:mod:`api.budget`), which authenticates first and then enforces the same limit, the
+declared Content-Length included. Here only the bytes actually read are counted, so that a
+request without a valid key is answered 401 however large a body it announces.
+"""
 
 from __future__ import annotations
-
-import json
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_body
+from api.errors import reject_too_large
 
 
 class BodySizeLimit:
@@ -18,10 +22,6 @@ class BodySizeLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
-            return
-        declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            await reject_too_large(send)
             return
         seen = 0
         response_started = False
@@ -53,30 +53,3 @@ class _TooLarge(HTTPException):
     # instead of wrapping it into a generic 400.
     def __init__(self) -> None:
         super().__init__(413, "request body is over the size limit")
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-async def reject_too_large(send: Send) -> None:
-    body = json.dumps(
-        error_body("payload_too_large", "request body is over the size limit")
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

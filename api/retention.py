@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import require
+from api.budget import BudgetedRoute
 from api.deps import get_archive
 from api.models import ERROR_RESPONSES
 from api.transcripts import RetainUntil
@@ -18,7 +19,7 @@ from archive.citations import check_transcript_id
 from archive.dates import to_rfc3339
 from archive.mementos import check_memento_id
 
-router = APIRouter(prefix="/api/v1", tags=["retention"])
+router = APIRouter(prefix="/api/v1", tags=["retention"], route_class=BudgetedRoute)
 admin_only = require(Role.ADMIN)
 RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"description": "Refused: legal hold, or the store's Object Lock mode."},

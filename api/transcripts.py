@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
+from api.budget import BudgetedRoute
 from api.deps import get_archive, get_urls, idempotency_key
 from api.drift import DriftSummaryOut, SourceDriftOut, latest_by_citation, source_drift_by_citation
 from api.models import ERROR_RESPONSES, TextMap, decode_content
@@ -32,7 +33,7 @@ from archive.links import robust_link, text_fragment_url
 from archive.retention.records import shown_deletion_reason
 from archive.uri import WEB_SCHEMES
 
-router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"])
+router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"], route_class=BudgetedRoute)
 writers = require(Role.AGENT)
 readers = require(*READERS)
 TranscriptId = Annotated[str, Path(max_length=128, description="Your id for the conversation.")]

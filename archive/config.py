@@ -183,6 +183,15 @@ class Settings:
     fetch_allow: tuple[str, ...] = ()
     internal_schemes: tuple[str, ...] = ("kb",)
     max_body_bytes: int = 32 * 1024 * 1024
+    # The request budget of a JSON body (archive/budget.py, docs/design.md §9.3): values in
+    # all, levels of nesting, members of any one object or items of any one array, bytes of
+    # a member name as written. Over one: 422 over_budget, before the body is parsed.
+    max_json_nodes: int = 20_000
+    max_json_depth: int = 32
+    max_json_members: int = 1_000
+    max_json_key_bytes: int = 1_024
+    # Validation problems listed in one 422 answer; the rest are counted, not listed.
+    max_error_items: int = 20
     timemap_page_size: int = 1000
     # "full": fsync every blob and its directory, SQLite synchronous=FULL. "relaxed" exists
     # only so the benchmark can show what durability costs; never run production on it.
@@ -219,6 +228,15 @@ class Settings:
             raise ConfigurationError("AMBER_DURABILITY must be 'full' or 'relaxed'")
         if self.max_body_bytes <= 0 or self.timemap_page_size <= 0:
             raise ConfigurationError("size limits must be positive")
+        budget = (
+            self.max_json_nodes,
+            self.max_json_depth,
+            self.max_json_members,
+            self.max_json_key_bytes,
+            self.max_error_items,
+        )
+        if min(budget) < 1:
+            raise ConfigurationError("AMBER_MAX_JSON_* and AMBER_MAX_ERROR_ITEMS must be 1 or more")
         for entry in self.fetch_allow:
             _validate_allow_entry(entry)
         if self.s3_sse not in (None, "AES256", "aws:kms"):

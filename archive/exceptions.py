@@ -10,6 +10,8 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── InvalidContent            bad base64, bad media type, empty where not allowed
     │   ├── InvalidAddress            not ``blake3:<64 lowercase hex>``
     │   ├── PayloadTooLarge           over a configured size limit
+    │   ├── OverBudget                a JSON body over the request budget (422): too many
+    │   │                             values, too deep, too many members, a long member name
     │   ├── EmptyQuote                the quote is empty, or only whitespace and invisible marks
     │   ├── QuoteNotFound             not in the document's text, exactly or normalised
     │   ├── ExtractionLimitExceeded   reading a document's text broke a limit (``limit``)
@@ -90,6 +92,16 @@ class InvalidAddress(InvalidInput):
 
 class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
+
+
+class OverBudget(InvalidInput):
+    """A JSON request body breaks a bound of the request budget (``archive.budget``).
+
+    ``detail`` names the bound: ``limit`` (e.g. ``max_json_nodes``), its ``setting``
+    (``AMBER_MAX_JSON_NODES``), its ``max`` and the JSONPath ``path`` where it broke.
+    """
+
+    code = "over_budget"
 
 
 class EmptyQuote(InvalidInput):

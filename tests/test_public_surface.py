@@ -48,6 +48,7 @@ PUBLIC = [
     "Neighbours",
     "NotFound",
     "OriginalNotFound",
+    "OverBudget",
     "PayloadTooLarge",
     "Principal",
     "QuoteNotFound",
