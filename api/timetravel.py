@@ -209,8 +209,10 @@ def timemap_json_out(uri_r: str, view: TimeMapView, urls: Urls) -> TimeMapOut:
         mementos=TimeMapMementos(
             first=boundary(view.first),
             last=boundary(view.last),
+            # Built without validation (the values are strings of the right shape): FastAPI's
+            # route validates the model it returns anyway, and api.navfast serialises it as is.
             list=[
-                TimeMapEntry(
+                TimeMapEntry.model_construct(
                     datetime=to_rfc1123(m.captured_at),
                     uri=urls.memento(m.id),
                     id=m.id,
