@@ -16,6 +16,7 @@ from api import (
     fastpath,
     mementos,
     metrics,
+    navfast,
     retention,
     timetravel,
     transcripts,
@@ -39,16 +40,21 @@ query string included; TimeMap paging lives in the path (`/timemap/json/page/2/<
 
 
 class AmberApp(FastAPI):
-    """FastAPI, with the URI-M and write routes served before the framework's stack (see
-    :class:`api.fastpath.MementoRoute` and :class:`api.fastpath.WriteRoute`; the FastAPI
-    routes in :mod:`api.mementos` document them)."""
+    """FastAPI, with the URI-M, write, TimeGate and TimeMap routes served before the
+    framework's stack (see :class:`api.fastpath.MementoRoute`, :class:`api.fastpath.WriteRoute`
+    and :class:`api.navfast.NavigationRoute`; the FastAPI routes in :mod:`api.mementos` and
+    :mod:`api.timetravel` document them)."""
 
     memento_route: fastpath.MementoRoute
     write_route: fastpath.WriteRoute
+    navigation_route: navfast.NavigationRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if fastpath.is_memento_content(scope):
             await self.memento_route.serve(scope, receive, send)
+            return
+        if navfast.navigation_prefix(scope) is not None:
+            await self.navigation_route.serve(scope, receive, send)
             return
         if fastpath.is_memento_write(scope):
             await self.write_route.serve(scope, receive, send, super().__call__)
@@ -83,10 +89,12 @@ def create_app(
         app.state.gatekeeper.keys = app.state.archive.keys
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
+        app.navigation_route.start(app.state.archive)
         try:
             yield
         finally:
             app.memento_route.close()
+            app.navigation_route.close()
             if owned:
                 app.state.archive.close()
 
@@ -112,11 +120,13 @@ def create_app(
     app.state.budget = budget  # for the routes that take a body (api.budget.BudgetedRoute)
     app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
     app.write_route = fastpath.WriteRoute(budget, app.state.urls)
+    app.navigation_route = navfast.NavigationRoute(app.state.gatekeeper, app.state.urls)
     if archive is not None:
         urls.rebase(archive.settle_base_url(urls.base).url)
         app.state.archive = archive
         app.memento_route.start(archive)
         app.write_route.start(archive)
+        app.navigation_route.start(archive)
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(mementos.router)

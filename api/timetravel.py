@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from api.auth import READERS, audit_read, require
 from api.deps import get_and_head, get_archive, get_urls
@@ -21,11 +21,13 @@ from api.models import (
 )
 from api.urls import TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX, TIMEMAP_LINK_PREFIX, Urls, raw_uri_r
 from archive.access.keys import Principal
-from archive.archive import Archive, TimeMapPage
+from archive.archive import Archive
 from archive.dates import parse_rfc1123, to_rfc1123
 from archive.index import Neighbours
+from archive.index.navigation import Navigable
+from archive.index.timeline import TimeMapView
 from archive.links import Link, link, link_format, link_header
-from archive.mementos import Memento, served_media_type
+from archive.mementos import served_media_type
 
 router = APIRouter()
 readers = require(*READERS)
@@ -54,9 +56,9 @@ _TIMEGATE_PARAMS = [
 ]
 
 
-def _rels(neighbours: Neighbours) -> list[tuple[Memento, str]]:
+def _rels(neighbours: Neighbours) -> list[tuple[Navigable, str]]:
     """Each distinct memento the TimeGate names, with its combined relation types."""
-    named: dict[str, tuple[Memento, list[str]]] = {}
+    named: dict[str, tuple[Navigable, list[str]]] = {}
     for memento, rel in (
         (neighbours.first, "first"),
         (neighbours.prev, "prev"),
@@ -73,26 +75,8 @@ def _rels(neighbours: Neighbours) -> list[tuple[Memento, str]]:
     return [(m, " ".join([*rels, "memento"])) for m, rels in ordered]
 
 
-@get_and_head(
-    router,
-    TIMEGATE_PREFIX + "{uri_r:path}",
-    status_code=302,
-    response_class=Response,
-    responses={302: {"description": "Redirect to the chosen memento (URI-M)."}, **ERROR_RESPONSES},
-    openapi_extra={"parameters": _TIMEGATE_PARAMS},
-    summary="TimeGate (RFC 7089 pattern 2.1)",
-)
-async def timegate(
-    request: Request,
-    archive: Annotated[Archive, Depends(get_archive)],
-    urls: Annotated[Urls, Depends(get_urls)],
-    principal: Annotated[Principal, Depends(readers)],
-) -> Response:
-    uri_r, _ = raw_uri_r(request, TIMEGATE_PREFIX)
-    accept = request.headers.get("accept-datetime")
-    target = parse_rfc1123(accept) if accept is not None else None
-    found = await run_in_threadpool(archive.timegate, principal.tenant, uri_r, target)
-    audit_read(request, principal, "timegate.read", uri_r)
+def timegate_response(uri_r: str, found: Neighbours, urls: Urls) -> Response:
+    """The TimeGate's 302 to the chosen memento (shared with :mod:`api.navfast`)."""
     links = [
         link(uri_r, "original"),
         link(urls.timemap_link(uri_r), "timemap", type="application/link-format"),
@@ -112,13 +96,74 @@ async def timegate(
     )
 
 
-async def _timemap_page(
-    request: Request, prefix: str, archive: Archive, tenant: str
-) -> tuple[str, TimeMapPage, Neighbours]:
-    uri_r, page = raw_uri_r(request, prefix)
-    found = await run_in_threadpool(archive.timemap, tenant, uri_r, page)
-    bounds = await run_in_threadpool(archive.timegate, tenant, uri_r, None)
-    return uri_r, found, bounds
+def accept_datetime_of(header: str | None) -> datetime | None:
+    """The TimeGate's target: strict RFC 1123 (400 otherwise), None (latest) when absent."""
+    return parse_rfc1123(header) if header is not None else None
+
+
+@get_and_head(
+    router,
+    TIMEGATE_PREFIX + "{uri_r:path}",
+    status_code=302,
+    response_class=Response,
+    responses={302: {"description": "Redirect to the chosen memento (URI-M)."}, **ERROR_RESPONSES},
+    openapi_extra={"parameters": _TIMEGATE_PARAMS},
+    summary="TimeGate (RFC 7089 pattern 2.1)",
+)
+async def timegate(
+    request: Request,
+    archive: Annotated[Archive, Depends(get_archive)],
+    urls: Annotated[Urls, Depends(get_urls)],
+    principal: Annotated[Principal, Depends(readers)],
+) -> Response:
+    # Served by api.navfast ahead of FastAPI; this route documents it (and answers when
+    # mounted under a root path).
+    uri_r, _ = raw_uri_r(request, TIMEGATE_PREFIX)
+    target = accept_datetime_of(request.headers.get("accept-datetime"))
+    found = await archive.navigate_async(principal.tenant, uri_r, target)
+    audit_read(request, principal, "timegate.read", uri_r)
+    return timegate_response(uri_r, found, urls)
+
+
+def timemap_link_response(uri_r: str, view: TimeMapView, urls: Urls) -> Response:
+    """A link-format TimeMap page (shared with :mod:`api.navfast`)."""
+    items = view.entries
+    links: list[Link] = [
+        link(uri_r, "original"),
+        link(
+            urls.timemap_link(uri_r, view.page),
+            "self",
+            type="application/link-format",
+            **{
+                "from": to_rfc1123(items[0].captured_at),
+                "until": to_rfc1123(items[-1].captured_at),
+            },
+        ),
+        link(urls.timegate(uri_r), "timegate"),
+    ]
+    if view.page > 1:
+        links.append(
+            link(urls.timemap_link(uri_r, view.page - 1), "prev", type="application/link-format")
+        )
+    if view.page < view.pages:
+        links.append(
+            link(urls.timemap_link(uri_r, view.page + 1), "next", type="application/link-format")
+        )
+    first_id, last_id = view.first.id, view.last.id
+    for memento in items:
+        rels = [r for r, i in (("first", first_id), ("last", last_id)) if i == memento.id]
+        links.append(
+            link(
+                urls.memento(memento.id),
+                " ".join([*rels, "memento"]),
+                datetime=to_rfc1123(memento.captured_at),
+            )
+        )
+    return Response(
+        content=link_format(links),
+        media_type="application/link-format",
+        headers={"Cache-Control": "private, no-cache"},
+    )
 
 
 @get_and_head(
@@ -135,47 +180,57 @@ async def timemap_link(
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(readers)],
 ) -> Response:
-    uri_r, page, bounds = await _timemap_page(
-        request, TIMEMAP_LINK_PREFIX, archive, principal.tenant
-    )
+    uri_r, page = raw_uri_r(request, TIMEMAP_LINK_PREFIX)
+    view = await archive.timemap_view_async(principal.tenant, uri_r, page)
     audit_read(request, principal, "timemap.link", uri_r)
-    items = page.mementos
-    links: list[Link] = [
-        link(uri_r, "original"),
-        link(
-            urls.timemap_link(uri_r, page.page),
-            "self",
-            type="application/link-format",
-            **{
-                "from": to_rfc1123(items[0].captured_at),
-                "until": to_rfc1123(items[-1].captured_at),
-            },
+    return timemap_link_response(uri_r, view, urls)
+
+
+def timemap_json_out(uri_r: str, view: TimeMapView, urls: Urls) -> TimeMapOut:
+    """A mementoweb JSON TimeMap page (shared with :mod:`api.navfast`)."""
+
+    def boundary(memento: Navigable) -> TimeMapBoundary:
+        return TimeMapBoundary(
+            datetime=to_rfc1123(memento.captured_at), uri=urls.memento(memento.id)
+        )
+
+    def page_link(number: int) -> TimeMapPageLink | None:
+        if 1 <= number <= view.pages and number != view.page:
+            return TimeMapPageLink(uri=urls.timemap_json(uri_r, number), page=number)
+        return None
+
+    return TimeMapOut(
+        original_uri=uri_r,
+        timegate_uri=urls.timegate(uri_r),
+        timemap_uri=TimeMapUris(
+            link_format=urls.timemap_link(uri_r, view.page),
+            json_format=urls.timemap_json(uri_r, view.page),
         ),
-        link(urls.timegate(uri_r), "timegate"),
-    ]
-    if page.page > 1:
-        links.append(
-            link(urls.timemap_link(uri_r, page.page - 1), "prev", type="application/link-format")
-        )
-    if page.page < page.pages:
-        links.append(
-            link(urls.timemap_link(uri_r, page.page + 1), "next", type="application/link-format")
-        )
-    for memento in items:
-        rels = [
-            r for r, m in (("first", bounds.first), ("last", bounds.last)) if m.id == memento.id
-        ]
-        links.append(
-            link(
-                urls.memento(memento.id),
-                " ".join([*rels, "memento"]),
-                datetime=to_rfc1123(memento.captured_at),
-            )
-        )
-    return Response(
-        content=link_format(links),
-        media_type="application/link-format",
-        headers={"Cache-Control": "private, no-cache"},
+        mementos=TimeMapMementos(
+            first=boundary(view.first),
+            last=boundary(view.last),
+            # Built without validation (the values are strings of the right shape): FastAPI's
+            # route validates the model it returns anyway, and api.navfast serialises it as is.
+            list=[
+                TimeMapEntry.model_construct(
+                    datetime=to_rfc1123(m.captured_at),
+                    uri=urls.memento(m.id),
+                    id=m.id,
+                    scope=m.scope.value,
+                    content_hash=m.content_hash,
+                    content_type=served_media_type(m.media_type),
+                )
+                for m in view.entries
+            ],
+        ),
+        pages=TimeMapPages(
+            page=view.page,
+            page_size=view.page_size,
+            total_pages=view.pages,
+            total_mementos=view.total,
+            prev=page_link(view.page - 1),
+            next=page_link(view.page + 1),
+        ),
     )
 
 
@@ -193,49 +248,7 @@ async def timemap_json(
     urls: Annotated[Urls, Depends(get_urls)],
     principal: Annotated[Principal, Depends(readers)],
 ) -> TimeMapOut:
-    uri_r, page, bounds = await _timemap_page(
-        request, TIMEMAP_JSON_PREFIX, archive, principal.tenant
-    )
+    uri_r, page = raw_uri_r(request, TIMEMAP_JSON_PREFIX)
+    view = await archive.timemap_view_async(principal.tenant, uri_r, page)
     audit_read(request, principal, "timemap.json", uri_r)
-
-    def boundary(memento: Memento) -> TimeMapBoundary:
-        return TimeMapBoundary(
-            datetime=to_rfc1123(memento.captured_at), uri=urls.memento(memento.id)
-        )
-
-    def page_link(number: int) -> TimeMapPageLink | None:
-        if 1 <= number <= page.pages and number != page.page:
-            return TimeMapPageLink(uri=urls.timemap_json(uri_r, number), page=number)
-        return None
-
-    return TimeMapOut(
-        original_uri=uri_r,
-        timegate_uri=urls.timegate(uri_r),
-        timemap_uri=TimeMapUris(
-            link_format=urls.timemap_link(uri_r, page.page),
-            json_format=urls.timemap_json(uri_r, page.page),
-        ),
-        mementos=TimeMapMementos(
-            first=boundary(bounds.first),
-            last=boundary(bounds.last),
-            list=[
-                TimeMapEntry(
-                    datetime=to_rfc1123(m.captured_at),
-                    uri=urls.memento(m.id),
-                    id=m.id,
-                    scope=m.scope.value,
-                    content_hash=m.content_hash,
-                    content_type=served_media_type(m.media_type),
-                )
-                for m in page.mementos
-            ],
-        ),
-        pages=TimeMapPages(
-            page=page.page,
-            page_size=page.page_size,
-            total_pages=page.pages,
-            total_mementos=page.total,
-            prev=page_link(page.page - 1),
-            next=page_link(page.page + 1),
-        ),
-    )
+    return timemap_json_out(uri_r, view, urls)

@@ -11,6 +11,7 @@ import re
 from urllib.parse import unquote
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from archive.exceptions import InvalidURI
 from archive.uri import to_ascii_uri
@@ -53,6 +54,11 @@ class Urls:
 
 
 def raw_uri_r(request: Request, prefix: str) -> tuple[str, int]:
+    """:func:`raw_uri_r_of` a request."""
+    return raw_uri_r_of(request.scope, prefix)
+
+
+def raw_uri_r_of(scope: Scope, prefix: str) -> tuple[str, int]:
     """The URI-R exactly as the client sent it after ``prefix``, and the TimeMap page.
 
     Rebuilt from the raw path and query string: a decoded path parameter would turn
@@ -60,14 +66,14 @@ def raw_uri_r(request: Request, prefix: str) -> tuple[str, int]:
     (``https%3A%2F%2F…``) is decoded once; ``https:/host`` (a proxy merged the slashes) is
     repaired.
     """
-    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
     try:
         path = raw_path.decode("ascii")
     except UnicodeDecodeError:
         path = raw_path.decode("utf-8", errors="strict") if _utf8(raw_path) else ""
         if not path:
             raise InvalidURI("URI-R in the path is not valid UTF-8") from None
-    root = request.scope.get("root_path", "")
+    root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
     rest = path[len(prefix) :] if path.startswith(prefix) else ""
@@ -81,7 +87,7 @@ def raw_uri_r(request: Request, prefix: str) -> tuple[str, int]:
     if ":" not in rest.split("/", 1)[0] and ":" in unquote(rest).split("/", 1)[0]:
         rest = unquote(rest)
     rest = _COLLAPSED_SLASH.sub(lambda m: f"{m.group(1)}://", rest)
-    query = request.scope.get("query_string", b"")
+    query = scope.get("query_string", b"")
     if query:
         try:
             rest += "?" + query.decode("ascii")

@@ -35,6 +35,8 @@ from archive.exceptions import (
 )
 from archive.hashing import content_address
 from archive.index import DEFAULT_TENANT, Index, Neighbours
+from archive.index.signals import ReadCache
+from archive.index.timeline import Timeline, TimeMapView
 from archive.mementos import (
     Memento,
     check_memento_id,
@@ -108,6 +110,11 @@ class Archive:
             self.retention.evaluator.redate,
             memory=self.text_memory,
         )
+        # (tenant, URI-R key) -> its Timeline, until a memento is written or deleted in any
+        # process; only the half of AMBER_TIMEMAP_CACHE_MB the API leaves for rendered answers.
+        self.timelines: ReadCache[tuple[str, str], Timeline] = index.cache_until_timemaps_change(
+            Timeline.weight, budget=settings.timemap_cache_mb * 1024 * 1024 // 2
+        )
 
     @classmethod
     def open(cls, settings: Settings) -> Archive:
@@ -128,6 +135,7 @@ class Archive:
         self.citations.close()
         self.read_audit.close()
         self.keys.close()
+        self.timelines.close()
         self.index.close()
         self.blobs.close()
 
@@ -242,5 +250,80 @@ class Archive:
             original=original, mementos=items, page=page, page_size=size, total=total
         )
 
+    # -- TimeGates and TimeMaps from timelines (archive.index.timeline) -------------------
+
+    def navigate(self, tenant: str, uri_r: str, accept_datetime: datetime | None) -> Neighbours:
+        """:meth:`timegate`'s answer, from the URI-R's remembered or freshly read timeline."""
+        original = self.original(uri_r)
+        return _choose(self._timeline(tenant, original.key), self, tenant, uri_r, accept_datetime)
+
+    async def navigate_async(
+        self, tenant: str, uri_r: str, accept_datetime: datetime | None
+    ) -> Neighbours:
+        """:meth:`navigate` for an event loop: right there when the timeline is remembered,
+        else in a worker thread."""
+        original = self.original(uri_r)
+        remembered = self.timelines.get((tenant, original.key))
+        if remembered is None:
+            return await anyio.to_thread.run_sync(self.navigate, tenant, uri_r, accept_datetime)
+        return _choose(remembered, self, tenant, uri_r, accept_datetime)
+
+    def timemap_view(self, tenant: str, uri_r: str, page: int = 1) -> TimeMapView:
+        """Page ``page`` of the URI-R's TimeMap with its first and last memento."""
+        original = self.original(uri_r)
+        return _view(self._timeline(tenant, original.key), self, tenant, uri_r, page)
+
+    async def timemap_view_async(self, tenant: str, uri_r: str, page: int = 1) -> TimeMapView:
+        """:meth:`timemap_view` for an event loop (as :meth:`navigate_async`)."""
+        original = self.original(uri_r)
+        remembered = self.timelines.get((tenant, original.key))
+        if remembered is None:
+            return await anyio.to_thread.run_sync(self.timemap_view, tenant, uri_r, page)
+        return _view(remembered, self, tenant, uri_r, page)
+
+    def _timeline(self, tenant: str, urir_key: str) -> Timeline | None:
+        """The URI-R's timeline, remembered (SQLite) until its mementos change; None when
+        it is too long to read whole."""
+        key = (tenant, urir_key)
+        remembered = self.timelines.get(key)
+        if remembered is not None:
+            return remembered
+        generation = self.timelines.generation()  # before the read (ReadCache.refresh)
+        timeline = self.index.timeline(tenant, urir_key)
+        if timeline is not None:
+            self.timelines.put(generation, key, timeline)
+        return timeline
+
     def content_address_of(self, data: bytes) -> str:
         return content_address(data)
+
+
+def _choose(
+    timeline: Timeline | None,
+    archive: Archive,
+    tenant: str,
+    uri_r: str,
+    accept_datetime: datetime | None,
+) -> Neighbours:
+    if timeline is None:  # too long to read whole: the indexed look-ups choose
+        return archive.timegate(tenant, uri_r, accept_datetime)
+    if not timeline.entries:
+        raise OriginalNotFound("no mementos of this URI-R")
+    return timeline.neighbours(accept_datetime)
+
+
+def _view(
+    timeline: Timeline | None, archive: Archive, tenant: str, uri_r: str, page: int
+) -> TimeMapView:
+    if timeline is None:  # too long to read whole: one page and the bounds, by the index
+        found = archive.timemap(tenant, uri_r, page)
+        bounds = archive.timegate(tenant, uri_r, None)
+        return TimeMapView(
+            found.mementos, page, found.page_size, found.total, bounds.first, bounds.last
+        )
+    if not timeline.entries:
+        raise OriginalNotFound("no mementos of this URI-R")
+    view = timeline.page(page, archive.settings.timemap_page_size)
+    if view is None:
+        raise OriginalNotFound("this TimeMap page is past the last one")
+    return view

@@ -208,6 +208,10 @@ class Settings:
     # Memory (MiB) each server process gives to remembering live mementos' URI-M answers
     # (~1.5 KB each: 64 MiB holds ~40,000). 0: every answer reads the index.
     uri_m_cache_mb: int = 64
+    # Memory (MiB) each server process gives to remembering TimeMaps and TimeGate answers
+    # (URI-Rs' mementos in TimeMap order, rendered pages and Link headers), until the next
+    # memento written or deleted in any process. 0: every answer reads the index.
+    timemap_cache_mb: int = 32
     s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     s3_sse_kms_key_id: str | None = None
     # S3 Object Lock mode for blob retention (the bucket must have Object Lock enabled):
@@ -262,6 +266,8 @@ class Settings:
             raise ConfigurationError("AMBER_IDEMPOTENCY_TTL_HOURS must be 1 or more")
         if self.uri_m_cache_mb < 0:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
+        if self.timemap_cache_mb < 0:
+            raise ConfigurationError("AMBER_TIMEMAP_CACHE_MB must be 0 (off) or more")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
         _ = self.extraction_limits  # fail at start, not at the first citation

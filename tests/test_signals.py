@@ -134,6 +134,7 @@ def test_a_new_index_and_every_file_beside_it_are_private(tmp_path: Path, umask_
             "amber.sqlite3.deletions",
             "amber.sqlite3.erasures",
             "amber.sqlite3.revocations",
+            "amber.sqlite3.timemaps",
         ],
         0o600,
     )

@@ -62,6 +62,9 @@ class ReadAudit:
         self.index = index
         self._pending: list[ReadRecord] = []
         self._lock = threading.Lock()
+        # Held across a whole flush: a flush (say, query's) that finds nothing pending must
+        # still wait for rows another thread took a moment ago and is committing.
+        self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
         self._interval = interval
@@ -79,20 +82,21 @@ class ReadAudit:
             self._wake.set()
 
     def flush(self) -> int:
-        with self._lock:
-            batch, self._pending = self._pending, []
-        if not batch:
-            return 0
-        try:
-            with self.index.write() as connection:
-                connection.execute(insert(read_audit), [vars(r) for r in batch])
-        except Exception:
-            # Put them back so the next flush retries; never drop audit rows silently.
+        with self._flushing:
             with self._lock:
-                self._pending[:0] = batch
-            log.exception("read audit flush failed; %d rows kept for retry", len(batch))
-            raise
-        return len(batch)
+                batch, self._pending = self._pending, []
+            if not batch:
+                return 0
+            try:
+                with self.index.write() as connection:
+                    connection.execute(insert(read_audit), [vars(r) for r in batch])
+            except Exception:
+                # Put them back so the next flush retries; never drop audit rows silently.
+                with self._lock:
+                    self._pending[:0] = batch
+                log.exception("read audit flush failed; %d rows kept for retry", len(batch))
+                raise
+            return len(batch)
 
     def query(
         self,

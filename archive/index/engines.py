@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
@@ -39,18 +40,23 @@ class OpenWrite:
 
     connection: Connection
     transaction: RootTransaction
+    # What must happen once the transaction has ended (settling a change signal, see
+    # Index.insert_mementos), whether it committed or not.
+    after_end: ExitStack = field(default_factory=ExitStack)
 
     def commit(self) -> None:
-        try:
-            self.transaction.commit()
-        finally:
-            self.connection.close()
+        with self.after_end:
+            try:
+                self.transaction.commit()
+            finally:
+                self.connection.close()
 
     def rollback(self) -> None:
-        try:
-            self.transaction.rollback()
-        finally:
-            self.connection.close()
+        with self.after_end:
+            try:
+                self.transaction.rollback()
+            finally:
+                self.connection.close()
 
 
 def driver_url(url: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,13 @@ from archive.index.rows import (
 )
 from archive.index.schema import blobs, idempotency_keys, mementos
 from archive.index.signals import ReadCache
+from archive.index.timeline import Timeline, TimelineReader
 from archive.mementos import Memento
 
 DEFAULT_TENANT = "default"
+# Where a write transaction keeps what must happen once it has ended (connection.info).
+_AFTER_END = "amber.after_end"
+_ANNOUNCED = "amber.timemaps_announced"
 
 
 class Index:
@@ -121,7 +125,12 @@ class Index:
         # Every erasure commits through this one too: each process then forgets the text it
         # derived from captured bytes (extractions, prepared text; see TextMemory).
         self._erasures: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "erasures", budget=0)
+        # Every change to which mementos a URI-R has — a new memento, any deletion — commits
+        # through this signal, so that what any process remembers of TimeMaps and TimeGates
+        # (cache_until_timemaps_change) is forgotten at once.
+        self._timemaps: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "timemaps", budget=0)
         self.time_travel = TimeTravel(self.lookups)
+        self.timelines = TimelineReader(self.lookups)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
         self._response_by_key = self.lookups.prepare(
             select(idempotency_keys).where(
@@ -143,6 +152,7 @@ class Index:
     def close(self) -> None:
         self._erasures.close()
         self._deletions.close()
+        self._timemaps.close()
         self.lookups.close()
         self._writer.dispose()
         self._reader.dispose()
@@ -163,11 +173,35 @@ class Index:
         # Deletions happen only in exclusive writes: they tell every process to forget the
         # live mementos it remembers, whatever they delete.
         with (
+            ExitStack() as after_end,  # outermost: runs once the transaction has ended
             self._deletions.changing() if exclusive else nullcontext(),
             self._writer.begin() as connection,
         ):
             lock_against_sweeps(connection, self.dialect, exclusive=exclusive)
+            self._track_end(connection, after_end)
+            if exclusive:
+                self._announce_timemaps_change(connection)
             yield connection
+
+    def _track_end(self, connection: Connection, after_end: ExitStack) -> None:
+        connection.info[_AFTER_END] = after_end
+        after_end.callback(connection.info.pop, _AFTER_END, None)
+        after_end.callback(connection.info.pop, _ANNOUNCED, None)
+
+    def _announce_timemaps_change(self, connection: Connection) -> None:
+        """Make this write transaction, from now until it has ended, a change of TimeMaps
+        for every process (see :meth:`cache_until_timemaps_change`).
+
+        Entered under the write lock (SQLite takes it at BEGIN IMMEDIATE), after the
+        deletion signal's: every writer takes the three in this order, so none waits for
+        one while holding a later one."""
+        if connection.info.get(_ANNOUNCED):
+            return
+        after_end: ExitStack | None = connection.info.get(_AFTER_END)
+        if after_end is None:
+            raise ConfigurationError("mementos are inserted only inside Index.write or open_write")
+        after_end.enter_context(self._timemaps.changing())
+        connection.info[_ANNOUNCED] = True
 
     def open_write(self) -> OpenWrite:
         """A (non-exclusive) :meth:`write` transaction as an object: begun by this call (which
@@ -181,7 +215,9 @@ class Index:
         except BaseException:
             connection.close()
             raise
-        return OpenWrite(connection, transaction)
+        write = OpenWrite(connection, transaction)
+        self._track_end(connection, write.after_end)
+        return write
 
     def erasing(self) -> AbstractContextManager[None]:
         """Wrap an erasure's commit: every process on this index (SQLite) then forgets the
@@ -229,6 +265,7 @@ class Index:
         """
         if not batch:
             return []
+        self._announce_timemaps_change(connection)
         self.ensure_tenants(connection, {m.tenant for m in batch})
         self.insert_ignoring(
             connection,
@@ -388,6 +425,19 @@ class Index:
         ``weigh``), emptied by the next deletion committed in any process (nothing is
         remembered on PostgreSQL)."""
         return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
+
+    def cache_until_timemaps_change(
+        self, weigh: Callable[[Any], int], budget: int
+    ) -> ReadCache[Any, Any]:
+        """A cache of what is derived from URI-Rs' sets of live mementos (TimeMaps, TimeGate
+        choices), at most ``budget`` heavy, emptied by the next memento inserted or deleted
+        in any process (nothing is remembered on PostgreSQL)."""
+        return ReadCache(self.sqlite_path, "timemaps", budget=budget, weigh=weigh)
+
+    def timeline(self, tenant: str, urir_key: str) -> Timeline | None:
+        """The URI-R's live mementos in TimeMap order, or None when there are too many to
+        read whole (see :mod:`archive.index.timeline`)."""
+        return self.timelines.read(tenant, urir_key)
 
     def stored_response(self, tenant: str, key: str) -> StoredResponse | None:
         """The first answer recorded for ``key``, unless it is older than the TTL (the key

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Integer, Text, and_, bindparam, func, select, tuple_
 from sqlalchemy.sql.elements import BindParameter, ColumnElement, Tuple, UnaryExpression
@@ -14,18 +14,34 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement, Tuple, UnaryEx
 from archive.index.prepared import Lookups, PreparedLookup
 from archive.index.rows import memento_from
 from archive.index.schema import UTCDateTime, mementos
-from archive.mementos import Memento
+from archive.mementos import Memento, Scope
+
+
+class Navigable(Protocol):
+    """What TimeGates and TimeMaps show of a memento: a :class:`Memento`, or the lighter
+    :class:`archive.index.timeline.Entry`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def captured_at(self) -> datetime: ...
+    @property
+    def scope(self) -> Scope: ...
+    @property
+    def content_hash(self) -> str: ...
+    @property
+    def media_type(self) -> str: ...
 
 
 @dataclass(frozen=True)
 class Neighbours:
     """A chosen memento and the TimeGate's navigation around it (RFC 7089 §4.1)."""
 
-    chosen: Memento
-    first: Memento
-    last: Memento
-    prev: Memento | None
-    next: Memento | None
+    chosen: Navigable
+    first: Navigable
+    last: Navigable
+    prev: Navigable | None
+    next: Navigable | None
 
 
 def live_of(

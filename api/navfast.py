@@ -1,0 +1,178 @@
+"""TimeGates and TimeMaps as plain ASGI, served before FastAPI's stack.
+
+Why: after the URI-M, they are what auditors and Memento clients ask most, and measured
+in process FastAPI's routing, dependency solving, response validation and middleware cost
+several times the work itself, once the work is a timeline remembered in memory
+(:meth:`archive.archive.Archive.navigate`). They answer exactly as the documented routes in
+:mod:`api.timetravel`, whose rendering they share (tests/test_navigation.py holds them
+equal): the same authorisation, errors, read audit and bytes.
+
+Rendered answers are remembered too, on SQLite, per tenant and URI-R as requested (and
+TimeMap page, or chosen memento), until the next memento written or deleted in any process
+(:meth:`archive.index.index.Index.cache_until_timemaps_change`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from fastapi import Response
+from starlette import types as asgi
+
+from api.auth import READERS, Gatekeeper, bearer_token, record_read
+from api.errors import amber_error_response, unexpected_error_response
+from api.models import TimeMapOut
+from api.timetravel import (
+    accept_datetime_of,
+    timegate_response,
+    timemap_json_out,
+    timemap_link_response,
+)
+from api.urls import (
+    TIMEGATE_PREFIX,
+    TIMEMAP_JSON_PREFIX,
+    TIMEMAP_LINK_PREFIX,
+    Urls,
+    raw_uri_r_of,
+)
+from archive.access.keys import Principal
+from archive.archive import Archive
+from archive.exceptions import AmberError
+from archive.index.signals import ReadCache
+
+_READERS = frozenset(READERS)
+_PREFIXES = (TIMEGATE_PREFIX, TIMEMAP_LINK_PREFIX, TIMEMAP_JSON_PREFIX)
+# Read audit actions by prefix (archive/access/audit.py READ_ACTIONS).
+_ACTIONS = {
+    TIMEGATE_PREFIX: "timegate.read",
+    TIMEMAP_LINK_PREFIX: "timemap.link",
+    TIMEMAP_JSON_PREFIX: "timemap.json",
+}
+
+
+def navigation_prefix(scope: asgi.Scope) -> str | None:
+    """The prefix of a GET or HEAD of a TimeGate or TimeMap, else None."""
+    if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or scope.get("root_path"):
+        return None
+    path: str = scope["path"]
+    for prefix in _PREFIXES:
+        if path.startswith(prefix):
+            return prefix
+    return None
+
+
+class Answer(NamedTuple):
+    """A rendered answer, as ASGI sends it."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    @classmethod
+    def of(cls, response: Response) -> Answer:
+        return cls(response.status_code, tuple(response.raw_headers), bytes(response.body))
+
+    def weight(self) -> int:
+        """About the bytes it holds in memory, with its key."""
+        return (
+            _ANSWER_OVERHEAD
+            + len(self.body)
+            + sum(len(name) + len(value) for name, value in self.headers)
+        )
+
+
+# Objects behind a remembered Answer beyond its bytes (the tuples, the bytes objects' headers,
+# the key with its URI-R and the cache entry).
+_ANSWER_OVERHEAD = 700
+
+
+@dataclass
+class NavigationRoute:
+    """TimeGate and TimeMaps (both formats, every page), GET and HEAD, as plain ASGI."""
+
+    gatekeeper: Gatekeeper
+    urls: Urls
+    archive: Archive | None = None  # set by start()
+    # (tenant, prefix, URI-R as requested, page or chosen memento id) -> rendered answer.
+    _answers: ReadCache[tuple[str, str, str, str], Answer] | None = None
+
+    def start(self, archive: Archive) -> None:
+        if self.archive is archive and self._answers is not None:
+            return  # given at creation (tests) and started again by the lifespan
+        self.archive = archive
+        self._answers = archive.index.cache_until_timemaps_change(
+            Answer.weight, budget=archive.settings.timemap_cache_mb * 1024 * 1024 // 2
+        )
+
+    def close(self) -> None:
+        if self._answers is not None:
+            self._answers.close()
+            self._answers = None
+
+    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        prefix = navigation_prefix(scope)
+        assert prefix is not None, "only TimeGate and TimeMap requests come here"
+        authorization = accept_datetime = None
+        for name, value in scope["headers"]:
+            if name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == b"accept-datetime" and accept_datetime is None:
+                accept_datetime = value.decode("latin-1")
+        try:
+            principal = await self.gatekeeper.authorize(bearer_token(authorization), _READERS)
+            answer = await self.answer(principal, scope, prefix, accept_datetime)
+        except AmberError as error:
+            await amber_error_response(error, method, path)(scope, receive, send)
+            return
+        except Exception:
+            await unexpected_error_response(method, path)(scope, receive, send)
+            return
+        await send(
+            {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
+        )
+        await send({"type": "http.response.body", "body": answer.body})
+
+    async def answer(
+        self, principal: Principal, scope: asgi.Scope, prefix: str, accept_datetime: str | None
+    ) -> Answer:
+        """The answer to an authorised principal's request, its read audited."""
+        archive, answers, urls = self.archive, self._answers, self.urls
+        assert archive is not None and answers is not None, "the app has not started"
+        tenant = principal.tenant
+        uri_r, page = raw_uri_r_of(scope, prefix)
+        # Read before the index (or the timeline remembered from it): an answer rendered from
+        # a read that raced a change is never remembered past that change.
+        generation = answers.generation()
+        render: Callable[[], Awaitable[Response]]
+        if prefix == TIMEGATE_PREFIX:
+            target = accept_datetime_of(accept_datetime)
+            found = await archive.navigate_async(tenant, uri_r, target)
+            key = (tenant, prefix, uri_r, found.chosen.id)
+
+            async def render() -> Response:
+                return timegate_response(uri_r, found, urls)
+
+        else:
+            key = (tenant, prefix, uri_r, str(page))
+
+            async def render() -> Response:
+                view = await archive.timemap_view_async(tenant, uri_r, page)
+                if prefix == TIMEMAP_LINK_PREFIX:
+                    return timemap_link_response(uri_r, view, urls)
+                return _json_response(timemap_json_out(uri_r, view, urls))
+
+        answer = answers.get(key)
+        if answer is None:
+            answer = Answer.of(await render())
+            answers.put(generation, key, answer)
+        record_read(archive.read_audit, principal, _ACTIONS[prefix], uri_r)
+        return answer
+
+
+def _json_response(model: TimeMapOut) -> Response:
+    """The model as FastAPI renders a route's ``response_model``: compact JSON."""
+    return Response(content=model.model_dump_json(), media_type="application/json")
