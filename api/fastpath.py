@@ -75,8 +75,10 @@ class MementoRoute:
     archive: Archive | None = None  # set by start()
     # (tenant, id) -> what answering it needs, until the next deletion in any process.
     _served: ReadCache[tuple[str, str], ServedMemento] | None = None
+    _starts: int = 0  # lifespans that started this route and have not closed it
 
     def start(self, archive: Archive) -> None:
+        self._starts += 1  # one close per start: a test may run two lifespans on one app
         if self.archive is archive and self._served is not None:
             return  # given at creation (tests) and started again by the lifespan
         self.archive = archive
@@ -89,7 +91,8 @@ class MementoRoute:
         return self._served
 
     def close(self) -> None:
-        if self._served is not None:
+        self._starts = max(0, self._starts - 1)
+        if self._starts == 0 and self._served is not None:
             self._served.close()
             self._served = None
 

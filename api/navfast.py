@@ -97,8 +97,10 @@ class NavigationRoute:
     archive: Archive | None = None  # set by start()
     # (tenant, prefix, URI-R as requested, page or chosen memento id) -> rendered answer.
     _answers: ReadCache[tuple[str, str, str, str], Answer] | None = None
+    _starts: int = 0  # lifespans that started this route and have not closed it
 
     def start(self, archive: Archive) -> None:
+        self._starts += 1  # one close per start: a test may run two lifespans on one app
         if self.archive is archive and self._answers is not None:
             return  # given at creation (tests) and started again by the lifespan
         self.archive = archive
@@ -107,7 +109,8 @@ class NavigationRoute:
         )
 
     def close(self) -> None:
-        if self._answers is not None:
+        self._starts = max(0, self._starts - 1)
+        if self._starts == 0 and self._answers is not None:
             self._answers.close()
             self._answers = None
 
