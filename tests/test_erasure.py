@@ -245,12 +245,12 @@ def test_erasing_a_document_reaches_everything_cut_from_it(
         assert files_holding(settings.data_dir, world.marker) == []
 
 
+@pytest.mark.parametrize("settings", ["local-sqlite"], indirect=True)  # SQLite's own files
 @pytest.mark.parametrize("long", [False, True], ids=["short-quote", "overflow-pages"])
 def test_sqlite_files_held_the_text_before_and_hold_none_after(
     client: Any, archive: Archive, origin: Origin, settings: Settings, long: bool
 ) -> None:
-    if archive.index.dialect != "sqlite":
-        pytest.skip("about the SQLite files and the local blob directory")
+    assert archive.index.dialect == "sqlite"
     world = cited_world(archive, origin, long=long)
     data = settings.data_dir
     before = files_holding(data, world.marker)
@@ -332,11 +332,12 @@ def test_a_hold_on_a_passage_cut_from_it_refuses_the_erasure(
     assert all(c.selector is None for c in archive.citations.for_transcript("default", "t"))
 
 
+# The erasure signal is SQLite's (PostgreSQL has none: docs/design.md).
+@pytest.mark.parametrize("settings", ["local-sqlite"], indirect=True)
 def test_other_processes_forget_cached_text_when_one_erases(settings: Settings) -> None:
     """Two Archive objects on one SQLite index stand for two processes: the erasing one
     forgets the erased addresses; the other forgets everything at its next use."""
-    if not settings.resolved_database_url.startswith("sqlite"):
-        pytest.skip("the erasure signal is SQLite's (PostgreSQL has none: docs/design.md)")
+    assert settings.resolved_database_url.startswith("sqlite")
     eraser, other = Archive.open(settings), Archive.open(settings)
     try:
         forgotten: list[tuple[str | None, object]] = []
