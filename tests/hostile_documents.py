@@ -6,38 +6,15 @@ from __future__ import annotations
 
 import zlib
 
+from pdf_builder import build_pdf
+
 _MIB = 1024 * 1024
 
 
 def pdf_with_content(content_stream: bytes, *, flate: bool = False, pages: int = 1) -> bytes:
     """A PDF 1.4 whose ``pages`` pages all draw ``content_stream`` (already Flate-compressed
     when ``flate``) with Helvetica as /F1."""
-    stream_filter = b" /Filter /FlateDecode" if flate else b""
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [%s] /Count %d >>"
-        % (b" ".join(b"%d 0 R" % (5 + n) for n in range(pages)), pages),
-        b"<< /Length %d%s >>\nstream\n%s\nendstream"
-        % (len(content_stream), stream_filter, content_stream),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    objects += [
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-        b"/Resources << /Font << /F1 4 0 R >> >> /Contents 3 0 R >>"
-    ] * pages
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return build_pdf([(content_stream, flate)] * pages)
 
 
 def flate_spaces(mib: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pdf_builder import build_pdf, text_stream
 
 from archive.citations import (
     HTML_EXTRACTOR,
@@ -51,53 +52,9 @@ end"""
 
 def make_pdf(pages: list[list[bytes]], *, to_unicode: bytes | None = None) -> bytes:
     """A valid PDF 1.4 with one Helvetica text line per item (WinAnsi bytes)."""
-    objects: list[bytes] = [b"", b""]  # 1: catalog, 2: page tree (filled in below)
-
-    def add(body: bytes) -> int:
-        objects.append(body)
-        return len(objects)
-
-    extra = b""
-    if to_unicode is not None:
-        cmap = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(to_unicode), to_unicode))
-        extra = b" /ToUnicode %d 0 R" % cmap
-    font = add(
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding%s >>"
-        % extra
+    return build_pdf(
+        [(text_stream(lines, leading=14), False) for lines in pages], to_unicode=to_unicode
     )
-    kids = []
-    for lines in pages:
-        ops = [b"BT /F1 12 Tf 72 720 Td 14 TL"]
-        for line in lines:
-            escaped = line.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
-            ops.append(b"(" + escaped + b") Tj T*")
-        ops.append(b"ET")
-        stream = b"\n".join(ops)
-        content = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
-        kids.append(
-            add(
-                b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>" % (font, content)
-            )
-        )
-    objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
-        b" ".join(b"%d 0 R" % k for k in kids),
-        len(kids),
-    )
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
 
 
 # -- dispatch and records ---------------------------------------------------------------------
