@@ -14,6 +14,7 @@ from api import (
     drift,
     errors,
     fastpath,
+    log,
     mementos,
     metrics,
     navfast,
@@ -90,6 +91,7 @@ def create_app(
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
+        log.start_evidence_log(app.state.archive)
         try:
             yield
         finally:
@@ -136,6 +138,7 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(retention.router)
     app.include_router(metrics.router)
+    app.include_router(log.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

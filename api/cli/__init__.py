@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import jobs, mementos, server
+from api.cli import evidence, jobs, mementos, server
 from archive import __version__
 
 
@@ -34,5 +34,7 @@ for command in (
     mementos.verify,
     jobs.drift,
     mementos.show_config,
+    evidence.log_group,
+    evidence.proof_group,
 ):
     main.add_command(command)
