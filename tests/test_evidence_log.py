@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures_tsa import LocalTsa, running_tsa
 from sqlalchemy import text
 
 from archive.archive import Archive
 from archive.citations import CitationRequest, QuoteRequest, SourceRequest
 from archive.config import Settings
 from archive.dates import utc_now
-from archive.log.audit import LogMismatch, audit
+from archive.exceptions import LogMismatch
+from archive.log.audit import audit
 from archive.log.proofcheck import Checkpoint, ProofError, split_note, verify_proof_document
 from archive.log.signing import NoteSigner
 from archive.writes import MementoRequest
@@ -374,3 +376,118 @@ def test_an_erased_statement_is_gone_and_other_proofs_still_verify(archive: Arch
     verify_proof_document(document, vkey(archive))
     blank = evidence.proof("memento", erased.id, "default")
     assert blank["statement"] is None and blank["leaf_hash"]
+
+
+# -- RFC 3161 timestamps -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_tsa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTsa]:
+    with running_tsa(tmp_path_factory.mktemp("tsa")) as tsa:
+        yield tsa
+
+
+def test_timestamped_proofs_verify_against_the_tsa_ca(
+    settings: Settings, local_tsa: LocalTsa
+) -> None:
+    stamped = settings.with_overrides(tsa_url=local_tsa.url, tsa_interval=3600.0)
+    archive = Archive.open(stamped)
+    try:
+        [first] = write(archive, 1)
+        evidence = archive.evidence_log()
+        anchored = evidence.step(force=True)  # the first checkpoint is timestamped at once
+        assert anchored is not None and anchored.timestamp is not None
+        write(archive, 3, prefix="q")
+        latest = evidence.step(force=True)
+        assert latest is not None and latest.size == 4
+        assert latest.timestamp is None  # within AMBER_TSA_INTERVAL of the last one
+        document = evidence.proof("memento", first.id, "default")
+        assert document["timestamp"] is not None
+        assert document["consistency"]["old_size"] == 1
+        assert document["consistency"]["new_size"] == 4
+        ca = local_tsa.ca_pem.read_bytes()
+        verified = verify_proof_document(document, vkey(archive), tsa_ca=ca)
+        assert verified.timestamped and verified.checkpoint.size == 1
+        # On demand: a later leaf gets its own anchor.
+        evidence.timestamp()
+        [later] = sql(archive, "SELECT subject FROM log_leaves WHERE idx = 3")
+        document = evidence.proof("memento", later.subject, "default")
+        assert verify_proof_document(document, vkey(archive), tsa_ca=ca).checkpoint.size == 4
+        # A timestamp over another checkpoint is refused, and so is a proof without one.
+        earlier = evidence.proof("memento", first.id, "default")["timestamp"]
+        with pytest.raises(ProofError, match="timestamp"):
+            verify_proof_document({**document, "timestamp": earlier}, vkey(archive), tsa_ca=ca)
+        with pytest.raises(ProofError, match="timestamp"):
+            verify_proof_document({**document, "timestamp": None}, vkey(archive), tsa_ca=ca)
+    finally:
+        archive.close()
+
+
+# -- HTTP and CLI --------------------------------------------------------------------------------
+
+
+def test_the_http_routes_serve_checkpoints_tiles_and_tenant_scoped_proofs(
+    archive: Archive, settings: Settings
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from archive.access.keys import Role
+
+    keys = {t: archive.keys.create(t, Role.AUDITOR).key for t in ("default", "acme")}
+    [memento] = write(archive, 1)
+    with TestClient(create_app(settings, archive=archive)) as client:
+        as_default = {"Authorization": f"Bearer {keys['default']}"}
+        answer = client.get(f"/api/v1/mementos/{memento.id}/proof", headers=as_default)
+        assert answer.status_code == 200, answer.text
+        verify_proof_document(answer.json(), vkey(archive))
+        other = {"Authorization": f"Bearer {keys['acme']}"}
+        assert client.get(f"/api/v1/mementos/{memento.id}/proof", headers=other).status_code == 404
+        assert client.get(f"/api/v1/mementos/{memento.id}/proof").status_code == 401
+        note = client.get("/log/checkpoint")
+        assert note.status_code == 200 and note.text.startswith("testserver/log\n1\n")
+        assert len(client.get("/log/tile/0/000.p/1").content) == 32
+        assert client.get("/log/tile/0/000").status_code == 404  # not full yet
+        assert client.get("/log/tile/entries/000.p/1").status_code == 404
+        assert client.get("/log/consistency/1/1").json() == {
+            "old_size": 1,
+            "new_size": 1,
+            "proof": [],
+        }
+        assert client.get("/log/consistency/2/1").status_code == 400
+        assert client.get("/log/consistency/1/9").status_code == 404
+
+
+def test_the_cli_prints_the_key_audits_and_verifies_proofs(
+    archive: Archive, settings: Settings, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    [memento] = write(archive, 1)
+    document = archive.evidence_log().proof("memento", memento.id, "default")
+    env = {
+        "AMBER_DATA_DIR": str(settings.data_dir),
+        "AMBER_DATABASE_URL": settings.resolved_database_url,
+        "AMBER_PUBLIC_BASE_URL": BASE_URL,
+    }
+    runner = CliRunner()
+    key = runner.invoke(main, ["log", "key"], env=env)
+    assert key.exit_code == 0 and key.output.strip() == vkey(archive)
+    audited = runner.invoke(main, ["log", "verify", "--full"], env=env)
+    assert audited.exit_code == 0, audited.output
+    assert json.loads(audited.output)["mementos"] == 1
+    (tmp_path / "proof.json").write_text(json.dumps(document))
+    (tmp_path / "vkey").write_text(key.output)
+    (tmp_path / "content").write_bytes(b"bytes of p0")
+    args = ["proof", "verify", str(tmp_path / "proof.json"), "--vkey", str(tmp_path / "vkey")]
+    ok = runner.invoke(main, [*args, "--content", str(tmp_path / "content")], env=env)
+    assert ok.exit_code == 0, ok.output
+    (tmp_path / "content").write_bytes(b"bytes of p1")
+    refused = runner.invoke(main, [*args, "--content", str(tmp_path / "content")], env=env)
+    assert refused.exit_code == 1 and "SHA-256" in refused.output
+    _drop_guards(archive)
+    sql(archive, "UPDATE mementos SET uri_r = 'https://evil.example/'")
+    found = runner.invoke(main, ["log", "verify"], env=env)
+    assert found.exit_code == 1 and "uri_r" in found.output

@@ -21,7 +21,10 @@ def log_group() -> None:
 
 @log_group.command("key")
 def log_key() -> None:
-    """Print the verifier key (signed-note vkey) to publish out of band."""
+    """Print the verifier key (signed-note vkey) to publish out of band.
+
+    Example: amber log key > amber.vkey
+    """
     with opened() as archive:
         click.echo(archive.evidence_log().signer.vkey())
 
@@ -29,7 +32,10 @@ def log_key() -> None:
 @log_group.command("checkpoint")
 @click.option("--timestamp", is_flag=True, help="Also anchor it with an RFC 3161 timestamp now.")
 def log_checkpoint(timestamp: bool) -> None:
-    """Integrate what is sequenced, sign a checkpoint now, and print it."""
+    """Integrate what is sequenced, sign a checkpoint now, and print it.
+
+    Example: amber log checkpoint --timestamp
+    """
     with opened() as archive:
         evidence = archive.evidence_log()
         latest = evidence.step(force=True)
@@ -48,7 +54,8 @@ def log_verify(full: bool) -> None:
 
     Exits 1 naming the first mismatch. Example: amber log verify --full
     """
-    from archive.log.audit import LogMismatch, audit
+    from archive.exceptions import LogMismatch
+    from archive.log.audit import audit
 
     with opened() as archive:
         evidence = archive.evidence_log()
@@ -67,7 +74,10 @@ def log_verify(full: bool) -> None:
 
 @click.group("proof")
 def proof_group() -> None:
-    """Proof documents (GET /api/v1/mementos/{id}/proof) checked offline."""
+    """Proof documents (GET /api/v1/mementos/{id}/proof) checked offline.
+
+    Example: amber proof verify proof.json --vkey amber.vkey
+    """
 
 
 @proof_group.command("verify")
@@ -79,6 +89,8 @@ def proof_verify(proof_file: Path, vkey: str, tsa_ca: Path | None, content: Path
     """Check a proof with no server and no index: the statement against --content, the
     inclusion proof against the checkpoint, its signature against --vkey (never a key in
     the proof) and its timestamp against --tsa-ca. Exits 1 when anything fails.
+
+    Example: amber proof verify proof.json --vkey amber.vkey --tsa-ca tsa-ca.pem
     """
     from archive.log.proofcheck import ProofError, verify_proof_document
 

@@ -18,7 +18,7 @@ from typing import Any
 import blake3
 from sqlalchemy import Connection, func, select
 
-from archive.exceptions import AmberError, IntegrityError
+from archive.exceptions import AmberError, LogMismatch
 from archive.index import Index
 from archive.index.rows import memento_from
 from archive.index.schema import citations, log_checkpoints, log_counters, log_leaves, log_nodes
@@ -35,10 +35,6 @@ from archive.log.statements import (
 )
 
 BATCH = 10_000
-
-
-class LogMismatch(IntegrityError):
-    """The evidence log and the archive disagree; the message names where."""
 
 
 @dataclass(frozen=True)

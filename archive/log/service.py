@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, insert, select, update
 
 from archive.dates import to_rfc3339, utc_now
-from archive.exceptions import NotFound
+from archive.exceptions import NotFound, NotYetCheckpointed
 from archive.index.schema import log_checkpoints, log_counters, log_leaves
 from archive.log import tree
 from archive.log.proofcheck import Checkpoint, format_tlog_proof, verify_consistency
@@ -225,7 +226,21 @@ class EvidenceLog:
         return b"".join(nodes[i] for i in ids)
 
     def proof(self, kind: str, subject: str, tenant: str) -> dict[str, Any]:
-        """The proof document of a memento's or citation's first leaf (docs/design.md)."""
+        """The proof document of a memento's or citation's first leaf (docs/design.md).
+
+        A leaf sequenced moments ago waits for the next checkpoint that is due (at most
+        the checkpoint interval, and a second), rather than getting a 404."""
+        deadline = time.monotonic() + self.checkpoint_interval + 1.0
+        while True:
+            try:
+                return self._proof(kind, subject, tenant)
+            except NotYetCheckpointed:
+                if time.monotonic() > deadline:
+                    raise
+                self.step()
+                time.sleep(0.05)
+
+    def _proof(self, kind: str, subject: str, tenant: str) -> dict[str, Any]:
         with self.index.read() as connection:
             leaf = connection.execute(
                 select(log_leaves)
@@ -251,7 +266,7 @@ class EvidenceLog:
                 select(log_checkpoints).order_by(log_checkpoints.c.size.desc()).limit(1)
             ).first()
             if latest is None or latest.size <= leaf.idx:
-                raise NotFound("this leaf is not in a signed checkpoint yet; retry in a moment")
+                raise NotYetCheckpointed("this leaf is not in a signed checkpoint yet; retry")
             chosen = _checkpoint(anchor or latest)
             newest = _checkpoint(latest)
             path = tree.inclusion_proof(connection, leaf.idx, chosen.size)

@@ -9,7 +9,7 @@ verifier's decision (``amber proof verify --tsa-ca``), never the archive's.
 from __future__ import annotations
 
 import httpx
-from rfc3161_client import TimestampRequestBuilder, decode_timestamp_response
+from rfc3161_client import HashAlgorithm, TimestampRequestBuilder, decode_timestamp_response
 from rfc3161_client.tsp import PKIStatus
 
 from archive.exceptions import StorageError
@@ -25,6 +25,7 @@ class Timestamper:
         request = (
             TimestampRequestBuilder()
             .data(data)
+            .hash_algorithm(HashAlgorithm.SHA256)  # what external tools check
             .nonce(nonce=True)
             .cert_request(cert_request=True)
             .build()
