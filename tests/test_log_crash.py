@@ -27,9 +27,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(data_dir=tmp_path / "amber-data", database_url=database_url)
 
 
-def _load(
-    servers: list[LiveServer], acked: list[str], *, kill: bool = False
-) -> tuple[int, int]:
+def _load(servers: list[LiveServer], acked: list[str], *, kill: bool = False) -> tuple[int, int]:
     """Writers spread over ``servers`` for a while (``kill``: then SIGKILL the first, mid
     flight); ids of acknowledged mementos into ``acked``. (Requests in flight at the end,
     requests cut by the kill.)"""
