@@ -84,12 +84,22 @@ class EvidenceLog:
     def step(self, *, force: bool = False) -> StoredCheckpoint | None:
         """Integrate what is sequenced; sign a checkpoint when due (``force``: whenever the
         tree grew); take a timestamp when due. The latest checkpoint."""
-        while self._integrate(force=force) == BATCH:
-            pass
+        if force or self._work_waiting():
+            while self._integrate(force=force) == BATCH:
+                pass
         latest = self.latest()
         if latest is not None and self.timestamper is not None and latest.timestamp is None:
             self._timestamp_if_due(latest)
         return self.latest()
+
+    def _work_waiting(self) -> bool:
+        """Whether a round has anything to write: leaves to integrate, or a tree larger than
+        the last checkpoint. Read first, so an idle server takes no write lock."""
+        sequenced, integrated = self.sizes()
+        if sequenced != integrated:
+            return True
+        latest = self.latest()
+        return integrated > (0 if latest is None else latest.size)
 
     def _integrate(self, *, force: bool) -> int:
         """One transaction: up to BATCH leaves into the tree, then a checkpoint if due."""
