@@ -12,7 +12,7 @@ the same run:
    random leaves (goal: p99 <= 1 ms).
 
 Usage: python benchmarks/bench_log.py [--seconds 3] [--threads 8] [--leaves 1000000]
-       [--postgres postgresql://postgres@127.0.0.1:5432/test]
+       [--postgres postgresql://postgres@127.0.0.1:5432/test] [--only sqlite|postgresql|proofs]
 """
 
 from __future__ import annotations
@@ -182,11 +182,14 @@ def main() -> None:
     parser.add_argument("--leaves", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--postgres", default="")
+    parser.add_argument("--only", choices=("sqlite", "postgresql", "proofs"), default=None)
     args = parser.parse_args()
-    bench_writes(args.seconds, args.threads, "", "sqlite")
-    if args.postgres:
+    if args.only in (None, "sqlite"):
+        bench_writes(args.seconds, args.threads, "", "sqlite")
+    if args.postgres and args.only in (None, "postgresql"):
         bench_writes(args.seconds, args.threads, args.postgres, "postgresql")
-    bench_proofs(args.leaves, args.samples)
+    if args.only in (None, "proofs"):
+        bench_proofs(args.leaves, args.samples)
 
 
 if __name__ == "__main__":
