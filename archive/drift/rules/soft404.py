@@ -16,6 +16,7 @@ from rapidfuzz import fuzz
 from selectolax.lexbor import LexborHTMLParser
 
 from archive.citations import decode_html, normalise
+from archive.drift.rules.languages import all_languages
 from archive.drift.rules.outcomes import Soft404Signals
 
 _PAGE_GONE = re.compile(
@@ -157,10 +158,27 @@ _GONE_KEYWORDS = (
 )
 
 
+def _phrases() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The not-found phrases of every language's data: (anywhere, title or short body)."""
+    languages = all_languages()
+    return (
+        tuple(p for lang in languages for p in lang.page_gone),
+        tuple(p for lang in languages for p in lang.gone),
+    )
+
+
+_PAGE_PHRASES, _WHOLE_PHRASES = _phrases()
+
+
 def _gone_phrase(text: str, *, whole: bool) -> bool:
     """A "page not found"-style phrase in ``text``; any "gone" phrase at all when ``whole``
-    (a title, a short body)."""
+    (a title, a short body). The English patterns, then each language's data (plain
+    substrings of the lower-cased, normalised text)."""
     lowered = text.lower()
+    if any(phrase in lowered for phrase in _PAGE_PHRASES):
+        return True
+    if whole and any(phrase in lowered for phrase in _WHOLE_PHRASES):
+        return True
     if not any(keyword in lowered for keyword in _GONE_KEYWORDS):
         return False
     return bool(_PAGE_GONE.search(text) or (whole and _GONE_PHRASE.search(text)))
