@@ -57,6 +57,7 @@ _CJK_DIGITS = {
 _CJK_UNITS = {"十": 10, "百": 100, "千": 1000}
 _CJK_SCALES = {"万": 10_000, "亿": 100_000_000}
 # A CJK numeral is a number only before one of these (or after 第): 一 alone is also "a".
+_SHORT_HUNK = 3  # tokens (ideographs, in Chinese: up to 3 characters, then only 2 words)
 _CJK_COUNTERS = frozenset("元块角人个名次年月日号倍岁辆条家所座项位天周层%万亿公里米吨")
 
 
@@ -116,7 +117,7 @@ def _cjk_number(words: list[str], i: int) -> tuple[Decimal, int] | None:
     ):
         j += 1
     if j == i or j >= len(words) or words[j] not in _CJK_COUNTERS:
-        if not (j > i and i > 0 and words[i - 1] == "第"):
+        if not (j > i and i > 0 and words[i - 1] in ("第", "之")):  # 第三, 百分之十五
             return None
     total, section, digit = 0, 0, -1
     for word in words[i:j]:
@@ -146,6 +147,8 @@ def numbers(tokens: Tokens) -> tuple[list[str], list[str], list[bool], list[int]
         j = i + 1
         if kinds[i] == "num":
             value = _decimal(words[i], lang.decimal_comma)
+        elif words[i] in lang.number_words:
+            value = Decimal(lang.number_words[words[i]])
         elif kinds[i] == "cjk":
             found = _cjk_number(words, i)
             if found is not None:
@@ -230,6 +233,10 @@ def _pole_flip(old: list[int], new: list[int]) -> tuple[int, int] | None:
     if not lost and not gained and old != new:
         first = next(i for i, (p, q) in enumerate(zip(old, new, strict=True)) if p != q)
         return first, first
+    if gained and not lost and set(old) == {-p for p in gained}:
+        # The opposite pole added to the one there was: "задовольнив" -> "відмовив у
+        # задоволенні" (refused to grant), "aprobó" -> "rechazó lo aprobado".
+        return 0, next(j for j, p in enumerate(new) if gained[p])
     return None
 
 
@@ -265,6 +272,24 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
         if flip is not None:
             kind = "direction" if group == "direction" else "antonym"
             reasons.append(f"{kind}:{old_seq[flip[0]][1]}->{new_seq[flip[1]][1]}")
+
+    # A polar word replaced, within a short hunk, by words the data does not know (or a
+    # word it does not know replaced by a polar one): in doubt, a reversal, as in English.
+    for a0, a1, b0, b1 in hunks:
+        if not (0 < a1 - a0 <= _SHORT_HUNK and 0 < b1 - b0 <= _SHORT_HUNK):
+            continue
+        removed_hits = [w for _, w, _ in lang.polar.find(old[a0:a1])]
+        added_hits = [w for _, w, _ in lang.polar.find(new[b0:b1])]
+        if bool(removed_hits) != bool(added_hits):
+            others = [w for w in (new[b0:b1] if removed_hits else old[a0:a1]) if w[:1].isalpha()]
+            if others:
+                polar = (removed_hits or added_hits)[0]
+                shown = (
+                    f"{polar}->{' '.join(others)}"
+                    if removed_hits
+                    else f"{' '.join(others)}->{polar}"
+                )
+                reasons.append(f"polar_word_replaced:{shown}")
 
     old_modal, new_modal = lang.modals.find(old), lang.modals.find(new)
     reason = _sequence_reason(
