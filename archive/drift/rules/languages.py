@@ -192,6 +192,7 @@ _LETTER = re.compile(r"[^\W\d_]")
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 _UKRAINIAN_ONLY = re.compile(r"[іїєґІЇЄҐ]")
 _RUSSIAN_ONLY = re.compile(r"[ыэъёЫЭЪЁ]")
+_PORTUGUESE_ONLY = re.compile(r"[ãõÃÕ]")
 _PERSIAN_ONLY = re.compile(r"[پچژگ]")
 # Russian words Ukrainian does not have: without one (and without ы э ъ ё), Cyrillic is read
 # as Ukrainian.
@@ -226,6 +227,8 @@ def detect(text: str) -> str:
         if _UKRAINIAN_ONLY.search(text) or not any(w in _RUSSIAN_WORDS for w in words):
             return "uk"
         return "ru"
+    if _PORTUGUESE_ONLY.search(text):
+        return "pt"  # shares too many stopwords with Spanish to be read as it
     scores = {"en": sum(w in ENGLISH_STOPWORDS for w in words)}
     for code in ("es", "fr", "de"):
         stopwords = language(code).stopwords
