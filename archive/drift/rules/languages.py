@@ -27,7 +27,11 @@ DATA_FORMAT_VERSION = 1
 JUDGED = ("ar", "de", "es", "fr", "uk", "zh")  # besides English, which has its own rules
 ENGLISH_STOPWORDS = frozenset(
     "the a an of to and in is are was were for on with by that it be will has have this "
-    "from at as or not its their which after before said".split()
+    "from at as or not its their which after before said under over per all each no if than "
+    "then more most less can may must should would could only also into about up out who "
+    "what when where there here we you they he she his her our your these those such been "
+    "being do does did so but because while during between against without within any some "
+    "other new free".split()
 )
 
 Pattern = tuple[tuple[str, bool], ...]  # the words of an entry, each (text, is_prefix)
@@ -189,7 +193,7 @@ _SCRIPTS = (
     ("Latn", re.compile(r"[A-Za-z\u00c0-\u024f]")),
 )
 _LETTER = re.compile(r"[^\W\d_]")
-_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+_WORD = re.compile(r"[^\W\d_]+'?")  # French elisions (l', qu') count as words
 _UKRAINIAN_ONLY = re.compile(r"[іїєґІЇЄҐ]")
 _RUSSIAN_ONLY = re.compile(r"[ыэъёЫЭЪЁ]")
 _PORTUGUESE_ONLY = re.compile(r"[ãõÃÕ]")
@@ -234,6 +238,10 @@ def detect(text: str) -> str:
         stopwords = language(code).stopwords
         scores[code] = sum(w in stopwords for w in words)
     best = max(scores, key=lambda code: (scores[code], code == "en"))
-    if scores[best] == 0:
-        return "en" if len(words) < _MIN_UNKNOWN_WORDS else "und-Latn"
-    return best if scores[best] > scores["en"] else "en"
+    if best != "en" and scores[best] >= 2:
+        return best
+    if scores["en"] or len(words) < _MIN_UNKNOWN_WORDS:
+        return "en"  # also a heading or a list of figures, as before amber-drift-2
+    # A long passage with no English word and at most one of another language's ("de"
+    # makes Dutch no Spanish): a language Amber does not know.
+    return "und-Latn"
