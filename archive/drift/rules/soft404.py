@@ -168,6 +168,10 @@ def _phrases() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 _PAGE_PHRASES, _WHOLE_PHRASES = _phrases()
+# Each search scans the window: phrases with a non-ASCII character are not looked for in an
+# ASCII window (most English pages, once normalised), which halves the cost on those.
+_PAGE_ASCII = tuple(p for p in _PAGE_PHRASES if p.isascii())
+_WHOLE_ASCII = tuple(p for p in _WHOLE_PHRASES if p.isascii())
 
 
 def _gone_phrase(text: str, *, whole: bool) -> bool:
@@ -175,9 +179,10 @@ def _gone_phrase(text: str, *, whole: bool) -> bool:
     (a title, a short body). The English patterns, then each language's data (plain
     substrings of the lower-cased, normalised text)."""
     lowered = text.lower()
-    if any(phrase in lowered for phrase in _PAGE_PHRASES):
+    ascii_only = lowered.isascii()
+    if any(p in lowered for p in (_PAGE_ASCII if ascii_only else _PAGE_PHRASES)):
         return True
-    if whole and any(phrase in lowered for phrase in _WHOLE_PHRASES):
+    if whole and any(p in lowered for p in (_WHOLE_ASCII if ascii_only else _WHOLE_PHRASES)):
         return True
     if not any(keyword in lowered for keyword in _GONE_KEYWORDS):
         return False
