@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from archive.exceptions import ConfigurationError
+
 DATA_FORMAT = "amber-drift-lexicon"
 DATA_FORMAT_VERSION = 1
 JUDGED = ("ar", "de", "es", "fr", "uk", "zh")  # besides English, which has its own rules
@@ -140,7 +142,7 @@ def _load(code: str) -> Language:
         .read_text("utf-8")
     )
     if raw.get("format") != DATA_FORMAT or raw.get("format_version") != DATA_FORMAT_VERSION:
-        raise ValueError(f"{code}.json is not {DATA_FORMAT} version {DATA_FORMAT_VERSION}")
+        raise ConfigurationError(f"{code}.json is not {DATA_FORMAT} version {DATA_FORMAT_VERSION}")
     characters = raw["segmentation"] == "characters"
     clitics = tuple(raw.get("clitics", ()))
 
