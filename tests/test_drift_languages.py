@@ -147,6 +147,35 @@ def test_an_unread_language_is_said_and_never_guessed() -> None:
     assert outcome.reasons[0].startswith(UNJUDGED)
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "El horario entrará en vigor el 3 de noviembre.",
+            "El horario entrará en vigor el 3 de diciembre.",
+        ),
+        (
+            "Les règles s'appliqueront à partir du 2 septembre.",
+            "Les règles s'appliqueront à partir du 2 octobre.",
+        ),
+        (
+            "Die Gebühren gelten ab dem 1. Januar für alle.",
+            "Die Gebühren gelten ab dem 1. Juli für alle.",
+        ),
+        ("Правила набудуть чинності 1 березня.", "Правила набудуть чинності 1 квітня."),
+        (
+            "ستدخل القواعد حيز التنفيذ في الأول من أبريل.",
+            "ستدخل القواعد حيز التنفيذ في الأول من مايو.",
+        ),
+        ("新方案将于3月1日起实施。", "新方案将于4月1日起实施。"),
+    ],
+)
+def test_a_changed_month_is_a_reversal(old: str, new: str) -> None:
+    assessment = assess_edit(old, new)
+    assert assessment.verdict == Verdict.REVERSAL, assessment.reasons
+    assert assessment.reasons[0].startswith(("date_changed", "number_changed"))
+
+
 # -- properties -----------------------------------------------------------------------------
 
 # (language, passage, the passage with a negation inserted)

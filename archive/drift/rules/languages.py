@@ -3,7 +3,7 @@
 Each language's words are data, not code: ``lexicon/languages/<code>.json`` in the format
 ``amber-drift-lexicon`` version 1 (``docs/specs/amber-drift-2.md``, "Language data"):
 negators, antonym and direction groups, modal classes, currency words, percent words,
-number words, not-found phrases and the stopwords detection counts. An entry is a word, or words
+number words, month names, not-found phrases and the stopwords detection counts. An entry is a word, or words
 separated by spaces, matched against a passage's lower-cased tokens; a word ending in ``*``
 matches any token it begins. In a ``characters`` language (Chinese) every ideograph is a
 token, so an entry's characters are its words.
@@ -131,6 +131,7 @@ class Language:
     currencies: PhraseSet  # label: ISO code
     percent: PhraseSet
     number_words: dict[str, int]
+    months: dict[str, int]
     page_gone: tuple[str, ...]  # not-found phrases that count anywhere in a page
     gone: tuple[str, ...]  # that count in a title or a short page
 
@@ -169,6 +170,7 @@ def _load(code: str) -> Language:
         currencies=phrases(list(raw["currencies"].items())),
         percent=phrases([(w, "%") for w in raw["percent"]]),
         number_words={w.lower(): int(v) for w, v in raw.get("number_words", {}).items()},
+        months={w.lower(): int(v) for w, v in raw.get("months", {}).items()},
         page_gone=tuple(p.lower() for p in raw["not_found"]["page"]),
         gone=tuple(p.lower() for p in raw["not_found"]["gone"]),
     )

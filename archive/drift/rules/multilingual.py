@@ -188,6 +188,15 @@ def numbers(tokens: Tokens) -> tuple[list[str], list[str], list[bool], list[int]
     return atoms, shown, money, positions
 
 
+def months(tokens: Tokens) -> tuple[list[str], list[str], list[int]]:
+    """Month names as atoms (``m03``), as written, and their token indexes: a changed month
+    is a changed date, as a changed day or year (a number) is."""
+    table = tokens.lang.months
+    at = [i for i, w in enumerate(tokens.words) if w in table]
+    words = [tokens.words[i] for i in at]
+    return [f"m{table[w]:02d}" for w in words], words, at
+
+
 def _hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
     hunks: list[tuple[int, int, int, int]] = []
     for op in Levenshtein.opcodes(old, new):
@@ -303,6 +312,16 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
         reasons.append(reason)
 
     replaced = {j for a0, a1, b0, b1 in hunks if a1 > a0 for j in range(b0, b1)}
+    old_months, old_month_words, _ = months(before)
+    new_months, new_month_words, new_month_at = months(after)
+    reason = _sequence_reason("date", old_months, new_months, old_month_words, new_month_words)
+    if reason:
+        gained_months = Counter(new_months) - Counter(old_months)
+        inserted = reason.startswith("date_added") and not any(
+            gained_months[m] and at in replaced
+            for m, at in zip(new_months, new_month_at, strict=True)
+        )
+        (notes if inserted else reasons).append(reason)
     old_numbers, old_shown, old_money, _ = numbers(before)
     new_numbers, new_shown, new_money, new_at = numbers(after)
     reason = _sequence_reason("number", old_numbers, new_numbers, old_shown, new_shown)
