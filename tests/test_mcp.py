@@ -26,8 +26,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
+from api.agents.tools import TOOL_NAMES
 from api.client import AmberClient
-from api.mcp.tools import TOOL_NAMES
 from archive.config import Settings
 
 pytestmark = pytest.mark.slow  # spawns amber processes

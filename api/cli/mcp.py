@@ -9,10 +9,10 @@ import anyio
 import click
 import httpx
 
+from api.agents.tools import EvidenceTools
 from api.cli.shared import load_settings
 from api.client import AsyncAmberClient
 from api.mcp.server import build_server
-from api.mcp.tools import EvidenceTools
 from archive.config import Settings
 
 

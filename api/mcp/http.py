@@ -20,11 +20,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.agents.tools import EvidenceTools
 from api.auth import Gatekeeper, bearer_token
 from api.client import AsyncAmberClient
 from api.errors import amber_error_response
 from api.mcp.server import build_server
-from api.mcp.tools import EvidenceTools
 from archive.access.keys import Role
 from archive.config import Settings
 from archive.exceptions import AmberError

@@ -14,13 +14,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, NotRequired, TypeVar
+from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from typing_extensions import TypedDict  # pydantic reads only this one before 3.12
 
-from api.mcp.tools import DESCRIPTIONS, EvidenceTools, explain
+from api.agents.tools import DESCRIPTIONS, Citation, EvidenceTools, explain
 from archive import __version__
 
 OpenTools = Callable[[Context], AbstractAsyncContextManager[EvidenceTools]]
@@ -49,17 +48,6 @@ PROMPT = """Answer with provable citations, using Amber's tools.
 
 Question: {question}
 """
-
-
-class Quote(TypedDict):
-    exact: str
-    prefix: NotRequired[str]
-    suffix: NotRequired[str]
-
-
-class Citation(TypedDict):
-    memento_id: str
-    quote: Quote
 
 
 async def _run(
@@ -121,10 +109,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
     async def resolve(
         ctx: Context, memento_id: str | None = None, uri_m: str | None = None
     ) -> dict[str, Any]:
-        ref = memento_id or uri_m
-        if not ref:
-            raise ToolError("Give memento_id or uri_m (one of them).")
-        return await _run(open_tools, ctx, lambda t: t.resolve(ref))
+        return await _run(open_tools, ctx, lambda t: t.resolve(memento_id, uri_m))
 
     @server.tool(description=DESCRIPTIONS["timemap"])
     async def timemap(url: str, ctx: Context) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The evidence tools, framework-neutral: what ``fetch_evidence``, ``store_evidence``,
-``cite``, ``resolve``, ``timemap``, ``timegate`` and ``drift`` do, over the SDK.
+``cite``, ``resolve``, ``timemap``, ``timegate`` and ``drift`` do, over the SDK. The MCP
+server (:mod:`api.mcp`) and the framework adapters (:mod:`api.agents`) expose these.
 
 Every call goes through :class:`api.client.AsyncAmberClient`, so the server's rules (keys,
 roles, tenants, evidence tools, fail-closed citing) are enforced by one code path whether
@@ -14,9 +15,12 @@ refused, why, and what to do next.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict  # pydantic reads only this one before 3.12
 
 from api.client import (
     AsyncAmberClient,
@@ -83,6 +87,20 @@ NEXT_STEP = {
 FALLBACK = "If you cannot fix it, answer 'I cannot cite this reliably.'"
 
 
+class Quote(TypedDict):
+    exact: str
+    prefix: NotRequired[str]
+    suffix: NotRequired[str]
+
+
+class Citation(TypedDict):
+    memento_id: str
+    quote: Quote
+
+
+ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
+
+
 @dataclass
 class EvidenceTools:
     """The tools of one caller: ``amber`` carries its key; ``settings`` are the fetch guard
@@ -128,7 +146,7 @@ class EvidenceTools:
     async def cite(
         self,
         transcript_id: str,
-        citations: Sequence[Mapping[str, Any]],
+        citations: Sequence[Citation],
         run_id: str | None = None,
         retention: str | None = None,
     ) -> dict[str, Any]:
@@ -148,6 +166,11 @@ class EvidenceTools:
             "citations": [_citation(c) for c in result.citations],
         }
 
+    def functions(self, refuse: Callable[[str], Exception]) -> list[ToolFunction]:
+        """The tools as plain async functions, named and typed for a framework to read;
+        a refusal raises ``refuse(what the model should read)``."""
+        return [_refusing(getattr(self, name), refuse) for name in TOOL_NAMES]
+
     async def read_transcript(self, transcript_id: str) -> dict[str, Any]:
         """The ``amber://transcripts/{id}`` resource (not a tool)."""
         found = await self.amber.get_transcript(transcript_id)
@@ -160,7 +183,12 @@ class EvidenceTools:
             "citations": [_citation(c) for c in found.citations],
         }
 
-    async def resolve(self, memento: str) -> dict[str, Any]:
+    async def resolve(
+        self, memento_id: str | None = None, uri_m: str | None = None
+    ) -> dict[str, Any]:
+        memento = memento_id or uri_m
+        if not memento:
+            raise ValueError("give memento_id or uri_m (one of them)")
         info = await self.amber.get_memento(memento)
         content = await self.amber.fetch_memento(info.id, verify=False)
         actual = content_hash(content.content)
@@ -189,6 +217,20 @@ class EvidenceTools:
             "text_limit": self.text_limit,
             "truncated": len(text) > self.text_limit,
         }
+
+
+def _refusing(method: ToolFunction, refuse: Callable[[str], Exception]) -> ToolFunction:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as error:
+            message = explain(error)
+            if message is None:
+                raise
+            raise refuse(message) from None
+
+    return call
 
 
 def _citation(record: CitationRecord) -> dict[str, Any]:
