@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -181,7 +182,9 @@ def install_size(target: str, workdir: Path, name: str) -> int:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     empty = site_packages_bytes(venv)  # pip and setuptools themselves
-    subprocess.run([python, "-m", "pip", "install", "-q", target], check=True, cwd=REPO_ROOT)
+    # Without PYTHONPATH: the checkout on it would look installed to pip.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([python, "-m", "pip", "install", "-q", target], check=True, env=env)
     return site_packages_bytes(venv) - empty
 
 

@@ -200,12 +200,13 @@ def test_the_sources_one_request_may_name_are_the_servers_limit() -> None:
 def test_every_path_the_sdk_calls_is_one_the_server_routes() -> None:
     from api.app import create_app
     from api.mementos import WRITE_PATH
-    from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX
+    from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX
     from archive.config import Settings
 
     assert wire.MEMENTOS_PATH == WRITE_PATH
     assert wire.MEMENTO_PREFIX == MEMENTO_PREFIX
     assert wire.TIMEGATE_PREFIX == TIMEGATE_PREFIX
+    assert wire.TIMEMAP_JSON_PREFIX == TIMEMAP_JSON_PREFIX
     routed = set(create_app(Settings()).openapi()["paths"])
     assert {
         wire.MEMENTOS_PATH,
@@ -214,6 +215,8 @@ def test_every_path_the_sdk_calls_is_one_the_server_routes() -> None:
         wire.TIMEGATE_PREFIX + "{uri_r}",
         wire.TRANSCRIPTS_PATH + "{transcript_id}",
         wire.TRANSCRIPTS_PATH + "{transcript_id}/citations",
+        wire.TIMEMAP_JSON_PREFIX + "{uri_r}",
+        wire.CITATIONS_PATH + "{citation_id}/drift",
     } <= routed
 
 

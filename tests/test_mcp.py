@@ -90,6 +90,12 @@ async def lists_everything(client: Client) -> None:
         assert tool.description and tool.input_schema["type"] == "object"
     cite = next(t for t in tools if t.name == "cite")
     assert cite.input_schema["required"] == ["transcript_id", "citations"]
+    assert cite.output_schema is not None and "citations" in cite.output_schema["required"]
+    fetch = next(t for t in tools if t.name == "fetch_evidence")
+    assert fetch.output_schema is not None
+    assert {"memento_id", "uri_m", "content_hash", "text", "text_length", "truncated"} <= set(
+        fetch.output_schema["required"]
+    )
     templates = (await client.list_resource_templates()).resource_templates
     assert sorted(t.uri_template for t in templates) == [
         "amber://mementos/{memento_id}",

@@ -98,7 +98,45 @@ class Citation(TypedDict):
     quote: Quote
 
 
-ToolFunction = Callable[..., Awaitable[dict[str, Any]]]
+class Memento(TypedDict):
+    memento_id: str  # what cite takes
+    uri_m: str  # the Memento URI an auditor resolves
+    uri_r: str
+    memento_datetime: str  # RFC 3339: when the bytes were captured
+    content_hash: str  # blake3:…
+    content_type: str
+    size: int
+    tool: str | None
+
+
+class Evidence(Memento):
+    text: str  # the extracted text, at most text_limit characters
+    text_length: int  # the whole text's length
+    text_limit: int
+    truncated: bool
+
+
+class Resolved(Evidence):
+    hash_verified: bool  # the stored bytes still hash to content_hash
+
+
+class StoredCitation(TypedDict):
+    citation_id: str  # what drift takes
+    uri_m: str  # the passage memento
+    uri_r: str
+    document_uri_m: str | None
+    passage_hash: str
+    quote_hash: str
+    robust_link: str
+    text_fragment_url: str | None
+
+
+class Cited(TypedDict):
+    transcript_id: str
+    citations: list[StoredCitation]
+
+
+ToolFunction = Callable[..., Awaitable[Any]]
 
 
 @dataclass
@@ -110,7 +148,7 @@ class EvidenceTools:
     settings: Settings
     text_limit: int
 
-    async def fetch_evidence(self, url: str) -> dict[str, Any]:
+    async def fetch_evidence(self, url: str) -> Evidence:
         document = await fetch_async(url, self.settings)
         stored = await self.amber.write_memento(
             url,
@@ -122,7 +160,7 @@ class EvidenceTools:
             http_status=document.status,
             headers=document.headers,
         )
-        return {**_memento(stored), **self._text(document.body, stored)}
+        return self._evidence(document.body, stored)
 
     async def store_evidence(
         self,
@@ -131,7 +169,7 @@ class EvidenceTools:
         content_type: str,
         tool: str,
         captured_at: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Memento:
         if tool.startswith(SEARCH_TOOL_PREFIX):
             raise InvalidRequestError(
                 f"tool {tool!r} is a search tool: a search result is never evidence",
@@ -149,7 +187,7 @@ class EvidenceTools:
         citations: Sequence[Citation],
         run_id: str | None = None,
         retention: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Cited:
         # The transcript is made on first use (labels merge, so a PUT never loses any);
         # the common case, citing into an existing one, costs one call.
         if retention is not None:
@@ -161,10 +199,9 @@ class EvidenceTools:
                 raise
             await self.amber.put_transcript(transcript_id)
             result = await self.amber.cite(transcript_id, citations, run_id=run_id)
-        return {
-            "transcript_id": transcript_id,
-            "citations": [_citation(c) for c in result.citations],
-        }
+        return Cited(
+            transcript_id=transcript_id, citations=[_citation(c) for c in result.citations]
+        )
 
     def functions(self, refuse: Callable[[str], Exception]) -> list[ToolFunction]:
         """The tools as plain async functions, named and typed for a framework to read;
@@ -183,45 +220,42 @@ class EvidenceTools:
             "citations": [_citation(c) for c in found.citations],
         }
 
-    async def resolve(
-        self, memento_id: str | None = None, uri_m: str | None = None
-    ) -> dict[str, Any]:
+    async def resolve(self, memento_id: str | None = None, uri_m: str | None = None) -> Resolved:
         memento = memento_id or uri_m
         if not memento:
             raise ValueError("give memento_id or uri_m (one of them)")
         info = await self.amber.get_memento(memento)
         content = await self.amber.fetch_memento(info.id, verify=False)
         actual = content_hash(content.content)
-        return {
-            **_memento(info),
-            "hash_verified": actual == info.content_hash,
-            **self._text(content.content, info),
-        }
+        return Resolved(
+            **self._evidence(content.content, info), hash_verified=actual == info.content_hash
+        )
 
     async def timemap(self, url: str) -> dict[str, Any]:
         return await self.amber.timemap(url)
 
-    async def timegate(self, url: str, datetime: str) -> dict[str, Any]:
+    async def timegate(self, url: str, datetime: str) -> Memento:
         chosen = await self.amber.timegate(url, parse_rfc3339(datetime))
         return _memento(await self.amber.get_memento(chosen.memento_id))
 
     async def drift(self, citation_id: str) -> dict[str, Any]:
         return await self.amber.citation_drift(citation_id)
 
-    def _text(self, content: bytes, memento: MementoInfo) -> dict[str, Any]:
+    def _evidence(self, content: bytes, memento: MementoInfo) -> Evidence:
         extracted = extract_text(content, memento.content_type, cache_key=memento.content_hash)
         text = extracted.text
-        return {
-            "text": text[: self.text_limit],
-            "text_length": len(text),
-            "text_limit": self.text_limit,
-            "truncated": len(text) > self.text_limit,
-        }
+        return Evidence(
+            **_memento(memento),
+            text=text[: self.text_limit],
+            text_length=len(text),
+            text_limit=self.text_limit,
+            truncated=len(text) > self.text_limit,
+        )
 
 
 def _refusing(method: ToolFunction, refuse: Callable[[str], Exception]) -> ToolFunction:
     @functools.wraps(method)
-    async def call(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
         except Exception as error:
@@ -233,30 +267,30 @@ def _refusing(method: ToolFunction, refuse: Callable[[str], Exception]) -> ToolF
     return call
 
 
-def _citation(record: CitationRecord) -> dict[str, Any]:
-    return {
-        "citation_id": record.id,
-        "uri_m": record.uri_m,
-        "uri_r": record.uri_r,
-        "document_uri_m": record.document_uri_m,
-        "passage_hash": record.passage_hash,
-        "quote_hash": record.quote_hash,
-        "robust_link": record.robust_link,
-        "text_fragment_url": record.text_fragment_url,
-    }
+def _citation(record: CitationRecord) -> StoredCitation:
+    return StoredCitation(
+        citation_id=record.id,
+        uri_m=record.uri_m,
+        uri_r=record.uri_r,
+        document_uri_m=record.document_uri_m,
+        passage_hash=record.passage_hash,
+        quote_hash=record.quote_hash,
+        robust_link=record.robust_link,
+        text_fragment_url=record.text_fragment_url,
+    )
 
 
-def _memento(info: MementoInfo) -> dict[str, Any]:
-    return {
-        "memento_id": info.id,
-        "uri_m": info.uri_m,
-        "uri_r": info.uri_r,
-        "memento_datetime": info.memento_datetime.isoformat(),
-        "content_hash": info.content_hash,
-        "content_type": info.content_type,
-        "size": info.size,
-        "tool": info.tool,
-    }
+def _memento(info: MementoInfo) -> Memento:
+    return Memento(
+        memento_id=info.id,
+        uri_m=info.uri_m,
+        uri_r=info.uri_r,
+        memento_datetime=info.memento_datetime.isoformat(),
+        content_hash=info.content_hash,
+        content_type=info.content_type,
+        size=info.size,
+        tool=info.tool,
+    )
 
 
 def explain(error: Exception) -> str | None:

@@ -19,7 +19,16 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
-from api.agents.tools import DESCRIPTIONS, Citation, EvidenceTools, explain
+from api.agents.tools import (
+    DESCRIPTIONS,
+    Citation,
+    Cited,
+    Evidence,
+    EvidenceTools,
+    Memento,
+    Resolved,
+    explain,
+)
 from archive import __version__
 
 OpenTools = Callable[[Context], AbstractAsyncContextManager[EvidenceTools]]
@@ -75,7 +84,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
     logging.getLogger("mcp").setLevel(logging.WARNING)
 
     @server.tool(description=DESCRIPTIONS["fetch_evidence"])
-    async def fetch_evidence(url: str, ctx: Context) -> dict[str, Any]:
+    async def fetch_evidence(url: str, ctx: Context) -> Evidence:
         return await _run(open_tools, ctx, lambda t: t.fetch_evidence(url))
 
     @server.tool(description=DESCRIPTIONS["store_evidence"])
@@ -86,7 +95,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
         tool: str,
         ctx: Context,
         captured_at: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Memento:
         return await _run(
             open_tools,
             ctx,
@@ -100,7 +109,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
         ctx: Context,
         run_id: str | None = None,
         retention: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Cited:
         return await _run(
             open_tools, ctx, lambda t: t.cite(transcript_id, citations, run_id, retention)
         )
@@ -108,7 +117,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
     @server.tool(description=DESCRIPTIONS["resolve"])
     async def resolve(
         ctx: Context, memento_id: str | None = None, uri_m: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Resolved:
         return await _run(open_tools, ctx, lambda t: t.resolve(memento_id, uri_m))
 
     @server.tool(description=DESCRIPTIONS["timemap"])
@@ -116,7 +125,7 @@ def build_server(open_tools: OpenTools) -> MCPServer:
         return await _run(open_tools, ctx, lambda t: t.timemap(url))
 
     @server.tool(description=DESCRIPTIONS["timegate"])
-    async def timegate(url: str, datetime: str, ctx: Context) -> dict[str, Any]:
+    async def timegate(url: str, datetime: str, ctx: Context) -> Memento:
         return await _run(open_tools, ctx, lambda t: t.timegate(url, datetime))
 
     @server.tool(description=DESCRIPTIONS["drift"])
