@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import click
-import httpx
 
-from api.agents.tools import EvidenceTools
 from api.cli.shared import load_settings
-from api.client import AsyncAmberClient
-from api.mcp.server import build_server
 from archive.config import Settings
+
+if TYPE_CHECKING:
+    from api.client import AsyncAmberClient
 
 
 @click.command("mcp")
@@ -34,6 +34,10 @@ def mcp() -> None:
 
 
 async def _serve(settings: Settings) -> None:
+    # Imported here: the MCP SDK takes longer to import than most commands take to run.
+    from api.agents.tools import EvidenceTools
+    from api.mcp.server import build_server
+
     async with _client(settings) as amber:
         tools = EvidenceTools(amber, settings, settings.mcp_text_limit)
 
@@ -46,6 +50,10 @@ async def _serve(settings: Settings) -> None:
 
 @asynccontextmanager
 async def _client(settings: Settings) -> AsyncIterator[AsyncAmberClient]:
+    import httpx
+
+    from api.client import AsyncAmberClient
+
     if settings.url:
         async with AsyncAmberClient(settings.url, settings.api_key) as amber:
             yield amber
