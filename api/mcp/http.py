@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx
+from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -41,8 +43,10 @@ def is_mcp(scope: Scope) -> bool:
 
 
 class McpRoute:
-    """The MCP endpoint of one app. :meth:`running` spans the app's lifespan (a session
-    manager runs once, so each lifespan builds its own)."""
+    """The MCP endpoint of one app. :meth:`running` spans the app's lifespan. The MCP
+    server is built on the first ``/mcp`` request, not at start: building one costs a tenth
+    of a second or more, which every app (and every test's app) that never serves MCP
+    would pay. A session manager runs once, so each lifespan gets its own."""
 
     def __init__(self, app: ASGIApp, gatekeeper: Gatekeeper, settings: Settings) -> None:
         self._app = app
@@ -50,25 +54,21 @@ class McpRoute:
         self._settings = settings
         self._base_url = "http://amber.internal"
         self._manager: StreamableHTTPSessionManager | None = None
+        self._tasks: TaskGroup | None = None
+        self._stop = anyio.Event()
+        self._starting = anyio.Lock()
 
     @asynccontextmanager
     async def running(self, base_url: str) -> AsyncIterator[None]:
         self._base_url = base_url
-        server = build_server(self._open_tools)
-        # Bearer keys, not cookies, authenticate here: a rebound DNS name gains a browser
-        # nothing, and Amber is served under public names the SDK cannot list.
-        server.streamable_http_app(
-            stateless_http=True,
-            json_response=True,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        manager = server.session_manager
-        async with manager.run():
-            self._manager = manager
+        self._stop, self._starting = anyio.Event(), anyio.Lock()
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
             try:
                 yield
             finally:
-                self._manager = None
+                self._stop.set()
+                self._tasks = self._manager = None
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
@@ -79,8 +79,36 @@ class McpRoute:
             response = amber_error_response(error, scope["method"], scope["path"])
             await response(scope, receive, send)
             return
-        assert self._manager is not None, "the app has not started"
-        await self._manager.handle_request(scope, receive, send)
+        manager = self._manager or await self._start()
+        await manager.handle_request(scope, receive, send)
+
+    async def _start(self) -> StreamableHTTPSessionManager:
+        async with self._starting:
+            if self._manager is None:
+                assert self._tasks is not None, "the app has not started"
+                server = build_server(self._open_tools)
+                # Bearer keys, not cookies, authenticate here: a rebound DNS name gains a
+                # browser nothing, and Amber is served under names the SDK cannot list.
+                server.streamable_http_app(
+                    stateless_http=True,
+                    json_response=True,
+                    transport_security=TransportSecuritySettings(
+                        enable_dns_rebinding_protection=False
+                    ),
+                )
+                await self._tasks.start(self._run, server.session_manager)
+                self._manager = server.session_manager
+            return self._manager
+
+    async def _run(
+        self,
+        manager: StreamableHTTPSessionManager,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with manager.run():
+            task_status.started()
+            await self._stop.wait()
 
     @asynccontextmanager
     async def _open_tools(self, ctx: Context) -> AsyncIterator[EvidenceTools]:
