@@ -224,3 +224,26 @@ def test_each_adapter_stays_thin(module: str) -> None:
     # Past ~100 lines an adapter is doing the SDK's work: add it to api/agents/tools.py.
     source = Path(__file__).resolve().parents[1] / "api" / "agents" / f"{module}.py"
     assert len(source.read_text().splitlines()) <= 100
+
+
+def test_what_the_model_reads_for_each_kind_of_failure() -> None:
+    from api.agents.tools import explain
+    from api.client import AmberConnectionError, CitationError, CitationRejected, NotFoundError
+    from archive.exceptions import FetchRefused
+
+    rejected = CitationRejected(
+        "rejected",
+        [CitationError(1, "disallowed_tool", "search results are not evidence")],
+    )
+    message = explain(rejected)
+    assert message is not None
+    assert "citation 1: disallowed_tool" in message and "fetch_evidence the page" in message
+    assert SAFE in message
+    assert explain(NotFoundError("no memento", status=404)) == (
+        "Not found: no memento. Use only ids and URLs Amber returned to you."
+    )
+    unreachable = explain(AmberConnectionError("connection refused"))
+    assert unreachable is not None and "nothing was stored" in unreachable
+    refused_fetch = explain(FetchRefused("refused to fetch '10.0.0.1' port 80: private"))
+    assert refused_fetch == "Refused (fetch_refused): refused to fetch '10.0.0.1' port 80: private"
+    assert explain(KeyError("a bug")) is None  # not a refusal: it surfaces as a crash

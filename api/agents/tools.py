@@ -29,7 +29,12 @@ from api.client import (
     MementoInfo,
     content_hash,
 )
-from api.client.errors import AmberClientError, InvalidRequestError, NotFoundError
+from api.client.errors import (
+    AmberClientError,
+    AmberConnectionError,
+    InvalidRequestError,
+    NotFoundError,
+)
 from api.client.wire import SEARCH_TOOL_PREFIX
 from archive.citations.extract import extract_text
 from archive.config import Settings
@@ -305,6 +310,8 @@ def explain(error: Exception) -> str | None:
         return "\n".join(lines)
     if isinstance(error, NotFoundError):
         return f"Not found: {error.message}. Use only ids and URLs Amber returned to you."
+    if isinstance(error, AmberConnectionError):
+        return f"Amber could not be reached ({error.message}); nothing was stored. Try again."
     if isinstance(error, AmberClientError):
         hint = NEXT_STEP.get(error.code or "", FALLBACK)
         return f"Refused ({error.code or error.status}): {error.message}. {hint}"
