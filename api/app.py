@@ -23,6 +23,7 @@ from api import (
 )
 from api.auth import Gatekeeper
 from api.budget import RequestBudget
+from api.mcp.http import McpRoute, is_mcp
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
@@ -48,6 +49,7 @@ class AmberApp(FastAPI):
     memento_route: fastpath.MementoRoute
     write_route: fastpath.WriteRoute
     navigation_route: navfast.NavigationRoute
+    mcp_route: McpRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if fastpath.is_memento_content(scope):
@@ -55,6 +57,9 @@ class AmberApp(FastAPI):
             return
         if navfast.navigation_prefix(scope) is not None:
             await self.navigation_route.serve(scope, receive, send)
+            return
+        if is_mcp(scope):
+            await self.mcp_route.serve(scope, receive, send)
             return
         if fastpath.is_memento_write(scope):
             await self.write_route.serve(scope, receive, send, super().__call__)
@@ -91,7 +96,8 @@ def create_app(
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
         try:
-            yield
+            async with app.mcp_route.running(urls.base):
+                yield
         finally:
             app.memento_route.close()
             app.navigation_route.close()
@@ -121,6 +127,7 @@ def create_app(
     app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
     app.write_route = fastpath.WriteRoute(budget, app.state.urls)
     app.navigation_route = navfast.NavigationRoute(app.state.gatekeeper, app.state.urls)
+    app.mcp_route = McpRoute(app, app.state.gatekeeper, settings)  # /mcp (api/mcp/http.py)
     if archive is not None:
         urls.rebase(archive.settle_base_url(urls.base).url)
         app.state.archive = archive

@@ -225,12 +225,18 @@ class Settings:
     extract_memory_mb: int = 1024
     extract_max_pages: int = 2000
     extract_max_text_chars: int = 8 * 1024 * 1024
+    # `amber mcp` (api/mcp): the Amber server its tools call (AMBER_URL) with AMBER_API_KEY;
+    # no URL: the embedded archive, opened in that process. Text a tool returns is cut at
+    # mcp_text_limit characters (the full length is reported).
+    url: str | None = None
+    api_key: str | None = None
+    mcp_text_limit: int = 20_000
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "relaxed"):
             raise ConfigurationError("AMBER_DURABILITY must be 'full' or 'relaxed'")
-        if self.max_body_bytes <= 0 or self.timemap_page_size <= 0:
+        if self.max_body_bytes <= 0 or self.timemap_page_size <= 0 or self.mcp_text_limit <= 0:
             raise ConfigurationError("size limits must be positive")
         budget = (
             self.max_json_nodes,
@@ -316,6 +322,8 @@ class Settings:
             shown[f.name] = _mask_url(str(value)) if isinstance(value, str) else str(value)
         if self.key_secret:
             shown["key_secret"] = "***"
+        if self.api_key:
+            shown["api_key"] = "***"
         shown["database_url"] = _mask_url(self.resolved_database_url)
         shown["blob_store"] = self.resolved_blob_store
         return shown
