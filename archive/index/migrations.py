@@ -354,6 +354,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 expires_at TIMESTAMP NOT NULL
             )""",
             "CREATE INDEX sessions_by_key ON sessions (key_id)",
+            # The pages list a tenant's most recently updated transcripts first.
+            "CREATE INDEX transcripts_by_update ON transcripts (tenant, updated_at)",
         ),
     ),
 )

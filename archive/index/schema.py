@@ -311,6 +311,7 @@ for _name, _table, _columns in (
     ("mementos_by_blob", mementos, ("content_hash",)),
     ("api_keys_by_tenant", api_keys, ("tenant",)),
     ("sessions_by_key", sessions, ("key_id",)),
+    ("transcripts_by_update", transcripts, ("tenant", "updated_at")),
     ("read_audit_by_time", read_audit, ("tenant", "at", "id")),
     ("citations_by_transcript", citations, ("tenant", "transcript_id", "created_at", "id")),
     ("citations_by_passage", citations, ("passage_memento_id",)),
