@@ -333,3 +333,85 @@ def test_page_views_are_read_audited_like_the_api(world: World) -> None:
     assert ("timemap.json", world.uri_r) in actions
     assert any(a == "transcripts.list" for a, _ in actions)
     assert any(a == "drift.sources" for a, _ in actions)
+
+
+def test_an_erased_passage_shows_its_tombstone_never_its_text(world: World) -> None:
+    world.archive.retention.erase("acme", world.passage_id, "subject request 42", "admin-key")
+    with world.client() as client:
+        sign_in(client, world.auditor)
+        tombstone = client.get(f"/ui/mementos/{world.passage_id}")
+        assert tombstone.status_code == 410
+        passage = world.archive.index.get_memento("acme", world.passage_id)
+        assert passage is not None and passage.deleted_at is not None
+        assert passage.content_hash in tombstone.text
+        assert "rose 5%" not in tombstone.text and "Profits" not in tombstone.text
+        transcript = client.get(f"/ui/transcripts/{TRANSCRIPT}").text
+        assert 'data-verified="false"' in transcript
+        assert "rose 5%" not in transcript
+
+
+def test_lookup_sends_each_kind_of_thing_to_its_page(world: World) -> None:
+    with world.client() as client:
+        sign_in(client, world.auditor)
+        for wanted, where in (
+            (world.passage_id, f"/ui/mementos/{world.passage_id}"),
+            (f"http://testserver/memento/{world.passage_id}", f"/ui/mementos/{world.passage_id}"),
+            (TRANSCRIPT, f"/ui/transcripts/{TRANSCRIPT}"),
+            ("https://news.example/a b", "/ui/timemaps/https://news.example/a%20b"),
+        ):
+            answer = client.get("/ui/lookup", params={"q": wanted})
+            assert answer.status_code == 303 and answer.headers["location"] == where, wanted
+        assert client.get("/ui/lookup").status_code == 422
+
+
+def test_admin_pages_manage_keys_and_holds_with_csrf(world: World) -> None:
+    admin = world.archive.keys.create("acme", "admin").key
+    with world.client() as client:
+        sign_in(client, world.auditor)
+        assert client.get("/ui/admin/").status_code == 403
+    with world.client() as client:
+        sign_in(client, admin)
+        home = client.get("/ui/admin/")
+        assert home.status_code == 200
+        token = _csrf(home.text)
+        assert client.post("/ui/admin/keys", data={"role": "auditor"}).status_code == 403
+        made = client.post("/ui/admin/keys", data={"role": "auditor", "csrf": token})
+        assert made.status_code == 200
+        new_key = re.search(r'value="(amber_[0-9a-f]{12}_[^"]+)"', made.text)
+        assert new_key is not None
+        assert world.archive.keys.verify(new_key.group(1)).tenant == "acme"
+        key_id = new_key.group(1).split("_")[1]
+        revoked = client.post(f"/ui/admin/keys/{key_id}/revoke", data={"csrf": token})
+        assert revoked.status_code == 303
+        assert next(k for k in world.archive.keys.list("acme") if k.key_id == key_id).revoked_at
+        held = client.post(
+            "/ui/admin/holds",
+            data={
+                "csrf": token,
+                "kind": "transcript",
+                "target": TRANSCRIPT,
+                "on": "true",
+                "reason": "litigation <b>7</b>",
+            },
+        )
+        assert held.status_code == 303
+        assert world.archive.transcripts.get("acme", TRANSCRIPT).legal_hold
+        page = client.get("/ui/admin/").text
+        assert "litigation &lt;b&gt;7&lt;/b&gt;" in page
+        no_reason = client.post(
+            "/ui/admin/holds",
+            data={"csrf": token, "kind": "transcript", "target": TRANSCRIPT, "reason": ""},
+        )
+        assert no_reason.status_code == 400
+
+
+def test_the_diff_view_splits_removed_and_added_words() -> None:
+    from api.ui.pages import diff_segments
+
+    assert diff_segments("rates [-rose-] {+fell+} by 5%") == [
+        ("same", "rates "),
+        ("del", "rose"),
+        ("same", " "),
+        ("ins", "fell"),
+        ("same", " by 5%"),
+    ]

@@ -341,6 +341,7 @@ def test_every_page_passes_axe_and_is_photographed(browser: Any, served: Served)
         "drift": "/ui/drift",
         "citation-drift": f"/ui/citations/{served.citation_ids[0]}/drift",
         "not-found": "/ui/transcripts/no-such-transcript",
+        "admin": "/ui/admin/",
     }
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     axe = Axe()
@@ -351,6 +352,9 @@ def test_every_page_passes_axe_and_is_photographed(browser: Any, served: Served)
         for name, path in pages.items():
             if name == "home":
                 sign_in(page, served, served.auditor)
+            if name == "admin":
+                context.clear_cookies()
+                sign_in(page, served, served.archive.keys.create("acme", "admin").key)
             page.goto(served.base + path)
             if name == "memento-document":
                 page.frame_locator("iframe.document").locator("p").wait_for()
