@@ -182,6 +182,9 @@ def test_sign_out_needs_the_session_csrf_token_and_ends_the_session(world: World
         # Even presented again, the old id signs nobody in: it ended server-side.
         client.cookies.set(SESSION_COOKIE, session_id)
         assert client.get("/ui/").status_code == 303
+        again = client.post("/ui/logout", data={"csrf": _csrf(page.text)})
+        assert again.status_code == 303  # a form cannot be replayed: sign in, then home
+        assert again.headers["location"] == "/ui/login?next=%2Fui%2F"
 
 
 def test_login_attempts_are_rate_limited(world: World) -> None:

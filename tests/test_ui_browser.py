@@ -63,6 +63,7 @@ class Served:
     passage_ids: list[str]
     citation_ids: list[str]
     document_uri_r: str
+    erased_id: str
     attacker_requests: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)  # alert() and friends that ran
 
@@ -152,6 +153,17 @@ def _populate(base: str, archive: Archive) -> Served:
             },
         )
         assert cited.status_code == 201, cited.text
+        erased = api.post(
+            "/api/v1/mementos",
+            json={
+                "uri_r": "https://private.example/person",
+                "content": "A private person's address, erased on request.",
+                "content_type": "text/plain",
+                "captured_at": "2025-02-01T08:00:00Z",
+            },
+        )
+        assert erased.status_code == 201, erased.text
+    archive.retention.erase("acme", erased.json()["id"], "subject request 42", "admin")
     found = cited.json()["citations"]
     return Served(
         base=base,
@@ -162,6 +174,7 @@ def _populate(base: str, archive: Archive) -> Served:
         passage_ids=[c["uri_m"].rsplit("/", 1)[1] for c in found],
         citation_ids=[c["id"] for c in found],
         document_uri_r=document_uri_r,
+        erased_id=erased.json()["id"],
     )
 
 
@@ -340,6 +353,7 @@ def test_every_page_passes_axe_and_is_photographed(browser: Any, served: Served)
         "timemap": f"/ui/timemaps/{served.document_uri_r}",
         "drift": "/ui/drift",
         "citation-drift": f"/ui/citations/{served.citation_ids[0]}/drift",
+        "tombstone": f"/ui/mementos/{served.erased_id}",
         "not-found": "/ui/transcripts/no-such-transcript",
         "admin": "/ui/admin/",
     }

@@ -92,10 +92,12 @@ class PageRoute(APIRoute):
             try:
                 return await handler(request)
             except Unauthenticated:
+                # Back to what was asked for; a form's POST cannot be replayed, so home.
+                back = requested_path(request.scope) if request.method == "GET" else "/ui/"
                 return Response(
                     status_code=303,
                     headers={
-                        "Location": sign_in_location(requested_path(request.scope)),
+                        "Location": sign_in_location(back),
                         "Cache-Control": "no-store",
                     },
                 )
