@@ -20,6 +20,7 @@ from api import (
     retention,
     timetravel,
     transcripts,
+    ui,
 )
 from api.auth import Gatekeeper
 from api.budget import RequestBudget
@@ -92,6 +93,7 @@ def create_app(
                 raise
         assert isinstance(app, AmberApp)
         app.state.gatekeeper.keys = app.state.archive.keys
+        app.state.gatekeeper.sessions = app.state.archive.sessions
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
@@ -115,6 +117,7 @@ def create_app(
         auth,
         RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         archive.keys if archive is not None else None,
+        archive.sessions if archive is not None else None,
     )
     app.state.urls = urls
     budget = RequestBudget(
@@ -143,6 +146,7 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(retention.router)
     app.include_router(metrics.router)
+    ui.install(app, settings)  # the auditors' pages (/ui)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

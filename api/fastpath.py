@@ -18,7 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from starlette import types as asgi
 
-from api.auth import Gatekeeper, bearer_token, record_read
+from api.auth import Gatekeeper, record_read
+from api.browser import error_or_sign_in, session_id_of
 from api.budget import BodyRoute, RequestBudget, replay
 from api.deps import IDEMPOTENCY_KEY
 from api.errors import amber_error_response, unexpected_error_response
@@ -106,12 +107,14 @@ class MementoRoute:
             elif name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
         try:
-            principal = await self.gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
+            principal = await self.gatekeeper.authorize_request(
+                authorization, session_id_of(scope) if authorization is None else None, READER_ROLES
+            )
             status, headers, body = await self.resolve(
                 principal, path[len(MEMENTO_PREFIX) :], method, if_none_match
             )
         except AmberError as error:
-            await amber_error_response(error, method, path)(scope, receive, send)
+            await error_or_sign_in(error, scope)(scope, receive, send)
             return
         except Exception:
             await unexpected_error_response(method, path)(scope, receive, send)

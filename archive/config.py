@@ -205,6 +205,11 @@ class Settings:
     key_secret: str | None = None  # HMAC key for API keys; default: <data_dir>/key-secret
     rate_limit_per_second: float = 100.0  # per API key; 0 turns the limit off
     rate_limit_burst: int = 200
+    # Browser sessions (/ui): signed out after this long without a request, and after this
+    # long in all however busy; sign-in attempts allowed per client address per minute.
+    session_idle_minutes: float = 30.0
+    session_max_hours: float = 12.0
+    login_attempts_per_minute: int = 10
     # Memory (MiB) each server process gives to remembering live mementos' URI-M answers
     # (~1.5 KB each: 64 MiB holds ~40,000). 0: every answer reads the index.
     uri_m_cache_mb: int = 64
@@ -268,6 +273,10 @@ class Settings:
         DriftPolicy.from_section(self.extra.get("drift", {}))
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
+        if self.session_idle_minutes <= 0 or self.session_max_hours <= 0:
+            raise ConfigurationError("AMBER_SESSION_IDLE_MINUTES and _MAX_HOURS must be positive")
+        if self.login_attempts_per_minute < 1:
+            raise ConfigurationError("AMBER_LOGIN_ATTEMPTS_PER_MINUTE must be 1 or more")
         if self.idempotency_ttl_hours < 1:
             raise ConfigurationError("AMBER_IDEMPOTENCY_TTL_HOURS must be 1 or more")
         if self.uri_m_cache_mb < 0:

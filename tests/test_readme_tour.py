@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -33,7 +34,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TOUR_BLOCK = re.compile(
     r"^```sh tour=(?P<step>[a-z]+)\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE
 )
-STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "mcp"]
+STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "mcp", "browser"]
 TOUR_PORT = "8000"
 KEY = re.compile(r"^amber_[0-9a-f]{12}_\S{43}$", re.MULTILINE)
 BLOCK_TIMEOUT_SECONDS = 120
@@ -198,6 +199,27 @@ def test_the_readme_tour_works_when_pasted(
     assert "Parental leave is 16 weeks [1]." in cited.stdout, cited.stdout + cited.stderr
     assert "Sources:" in cited.stdout
     assert re.search(rf"“sixteen weeks” — archived .*: {re.escape(base)}/memento/", cited.stdout)
+
+    # A browser is sent to sign in; signed in with the auditor key, it opens the bytes.
+    browsed = terminal.run(blocks["browser"])
+    auditor_key = browsed.env["AMBER_AUDITOR_KEY"]
+    assert KEY.fullmatch(auditor_key), auditor_key
+    path = uri_m.removeprefix(base)
+    assert browsed.stdout.strip() == f"303 {base}/ui/login?next={quote(path, safe='')}"
+    with httpx.Client(base_url=base, follow_redirects=False) as browser:
+        form = browser.get(f"/ui/login?next={quote(path, safe='')}")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        signed = browser.post(
+            "/ui/login",
+            data={"key": auditor_key, "csrf": csrf[1], "next": path},
+            headers={"Origin": base},
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == path
+        opened = browser.get(uri_m, headers={"Accept": "text/html"})
+        assert opened.text == "<p>Parental leave is sixteen weeks.</p>"
+        transcript = browser.get("/ui/transcripts/conversation-1")
+        assert 'data-verified="true"' in transcript.text
 
     # The CLI, sharing the index, prints the same URI-M the server issued.
     timemap = terminal.run("amber timemap 'https://example.org/leave?lang=en'")
