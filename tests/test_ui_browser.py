@@ -95,6 +95,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         data_dir=tmp_path_factory.mktemp("ui-browser"),
         public_base_url=base,
         rate_limit_per_second=0,
+        # The module signs in more than ten times a minute on a quiet machine; the sign-in
+        # limit has its own test (tests/test_ui.py).
+        login_attempts_per_minute=10_000,
     )
     archive = Archive.open(settings)
     server = uvicorn.Server(
@@ -200,6 +203,9 @@ def sign_in(page: Any, served: Served, key: str, next_path: str = "/ui/") -> Non
     page.goto(f"{served.base}/ui/login?next={quote(next_path, safe='')}")
     page.fill("#key", key)
     page.click("button[type=submit]")
+    # The click only starts the sign-in: wait until its redirect has landed, or the next step
+    # races it (a Tab pressed while the login page is still shown).
+    page.wait_for_url(lambda url: "/ui/login" not in url)
 
 
 def test_a_signed_out_click_on_a_uri_m_signs_in_and_lands_on_the_bytes(
