@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from sqlalchemy import Connection
@@ -25,7 +26,7 @@ from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import AmberError, Gone, IdempotencyConflict, PayloadTooLarge
-from archive.index import DEFAULT_TENANT, Index, OpenWrite, StoredResponse, WriteOutcome
+from archive.index import DEFAULT_TENANT, Index, StoredResponse, WriteOutcome
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -278,33 +279,45 @@ class MementoWriter:
         self, batch: Sequence[PendingWrite]
     ) -> list[WriteResult | BaseException]:
         """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
-        stages_on_loop). The syncs, the wait for the write lock and the commit run in the
-        disk thread; everything else runs here, so the two threads hand the GIL to each
-        other a handful of times per batch rather than at every statement."""
+        stages_on_loop). The loop renames the staged files; everything that waits for the
+        disk or runs in SQLite runs in the disk thread, in two hand-overs per batch: the
+        sync of the bytes, then the sync of the names with the whole index transaction.
+
+        Why the transaction is not run from the loop: SQLite's own work on a batch (its
+        statements, the B-tree inserts) then holds the loop, and every request with it,
+        for about as long as all the Python of the batch's writes. In the disk thread it
+        runs beside the loop (the driver lets go of the GIL while SQLite works), and the
+        batch's Python there costs a few hand-overs of the GIL (benchmarks/README.md)."""
+        abandoned = threading.Event()  # the loop stopped waiting: commit nothing from now on
 
         async def offload(function: Callable[[], _T]) -> _T:
             # Shielded: a disk step, once handed over, runs to its end even if the loop
-            # shuts down meanwhile; the step that opened the index write then ends it.
+            # shuts down meanwhile; it then leaves the index as it found it.
             running = self._disk.submit(function)
             try:
                 return await asyncio.shield(asyncio.wrap_future(running))
             except asyncio.CancelledError:
-                running.add_done_callback(_end_unused_write)
+                abandoned.set()
                 raise
 
-        blobs = self.blobs
-        # The write opens (and may wait for SQLite's write lock) in the thread that made the
-        # names durable, in the same hand-over.
-        write = await blobs.publish_async(
-            [p.staged for p in batch], offload, then=self.index.open_write
+        def insert_and_commit() -> list[WriteResult | BaseException]:
+            if abandoned.is_set():
+                return []  # nobody waits for an answer: the published blobs are orphans
+            write = self.index.open_write()
+            try:
+                results = self._insert_batch(write.connection, batch)
+            except BaseException:
+                write.rollback()
+                raise
+            if abandoned.is_set():
+                write.rollback()
+                return []
+            write.commit()
+            return results
+
+        return await self.blobs.publish_async(
+            [p.staged for p in batch], offload, then=insert_and_commit
         )
-        try:
-            results = self._insert_batch(write.connection, batch)
-        except BaseException:
-            await offload(write.rollback)
-            raise
-        await offload(write.commit)
-        return results
 
     def _settle(
         self, connection: Connection, pending: PendingWrite, outcome: WriteOutcome
@@ -367,14 +380,3 @@ def _refusal(pending: PendingWrite, outcome: WriteOutcome) -> BaseException | No
             memento_id=outcome.memento.id,
         )
     return None
-
-
-def _end_unused_write(step: Future[Any]) -> None:
-    """Called when a disk step of a cancelled batch is done, in the disk thread (or at once,
-    if it was): when that step opened the index write, nobody will commit it, so it ends
-    here, without the event loop, which may be closed by now."""
-    if step.cancelled() or step.exception() is not None:
-        return
-    opened = step.result()
-    if isinstance(opened, OpenWrite):
-        opened.rollback()
