@@ -101,12 +101,12 @@ class JsonBudget:
             return False
         if outside.count(b"{") + outside.count(b"[") > self.max_depth:
             return False
-        if max(map(len, strings), default=0) <= self.max_key_bytes:
+        longer = self.max_key_bytes
+        if max(map(len, strings), default=0) <= longer:
             return True
         return all(
-            len(string) <= self.max_key_bytes
-            or pieces[2 * number].rstrip(b" \t\r\n").endswith(b":")
-            for number, string in enumerate(strings)
+            pieces[2 * number].rstrip(b" \t\r\n").endswith(b":")
+            for number in [n for n, string in enumerate(strings) if len(string) > longer]
         )
 
 

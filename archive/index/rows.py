@@ -60,6 +60,26 @@ def memento_row(m: Memento) -> dict[str, Any]:
     }
 
 
+def as_inserted(m: Memento, expires_at: datetime) -> Memento:
+    """The memento as ``memento_from`` reads back the row just inserted for it (UTC
+    datetimes, the headers in their stored order, no deletion, no hold), without reading
+    the row: a write answers with it, and rebuilding it from the row dict cost more than
+    the insert's own Python."""
+    facts = m.facts
+    if facts.headers:
+        facts = replace(facts, headers=dict(sorted(facts.headers.items())))
+    return replace(
+        m,
+        captured_at=m.captured_at.astimezone(UTC),
+        archived_at=m.archived_at.astimezone(UTC),
+        facts=facts,
+        expires_at=expires_at.astimezone(UTC),
+        deleted_at=None,
+        deletion_reason=None,
+        legal_hold=False,
+    )
+
+
 class RowView:
     """A row dict as written, read like a fetched row (attributes, UTC datetimes)."""
 
