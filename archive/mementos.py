@@ -78,6 +78,8 @@ class CaptureFacts:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def headers_json(self) -> str:
+        if not self.headers:
+            return "{}"  # most captures (every passage): no encoder per row
         return json.dumps(dict(sorted(self.headers.items())), separators=(",", ":"))
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from sqlalchemy import Connection
@@ -26,7 +25,7 @@ from archive.committer import CommitCounts, GroupCommitter, LoopGroupCommitter
 from archive.config import Settings
 from archive.dates import utc_now
 from archive.exceptions import AmberError, Gone, IdempotencyConflict, PayloadTooLarge
-from archive.index import DEFAULT_TENANT, Index, StoredResponse, WriteOutcome
+from archive.index import DEFAULT_TENANT, Index, OpenWrite, StoredResponse, WriteOutcome
 from archive.mementos import (
     CaptureFacts,
     Memento,
@@ -282,45 +281,36 @@ class MementoWriter:
         self, batch: Sequence[PendingWrite]
     ) -> list[WriteResult | BaseException]:
         """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
-        stages_on_loop). Everything that waits for the disk or runs in SQLite runs in the
-        disk thread, in one hand-over per batch, as in the floor of bench_floor.py: the
-        sync of the bytes, the renames, the sync of the names, the index transaction.
+        stages_on_loop). Two hand-overs to the disk thread per batch: the sync of the
+        bytes, the renames, the sync of the names and the opening of the index write (which
+        may wait for SQLite's write lock); then, after the statements, the commit.
 
-        Why the transaction is not run from the loop: SQLite's own work on a batch (its
-        statements, the B-tree inserts) then holds the loop, and every request with it,
-        for about as long as all the Python of the batch's writes. In the disk thread it
-        runs beside the loop (the driver lets go of the GIL while SQLite works), and the
-        batch's Python there costs a few hand-overs of the GIL (benchmarks/README.md)."""
-        abandoned = threading.Event()  # the loop stopped waiting: commit nothing from now on
+        The statements run here, on the loop: the disk thread is idle meanwhile, so the
+        driver's release of the GIL around each row's step costs nothing. Run in the disk
+        thread beside a busy loop, each row's step had to win the GIL back from the loop,
+        and on a loaded machine a batch then took longer than its syncs (measured with
+        bench_floor.py: 0.59 of the floor against 0.83, same run; benchmarks/README.md)."""
 
         async def offload(function: Callable[[], _T]) -> _T:
             # Shielded: a disk step, once handed over, runs to its end even if the loop
-            # shuts down meanwhile; it then leaves the index as it found it.
+            # shuts down meanwhile; the step that opened the index write then ends it.
             running = self._disk.submit(function)
             try:
                 return await asyncio.shield(asyncio.wrap_future(running))
             except asyncio.CancelledError:
-                abandoned.set()
+                running.add_done_callback(_end_unused_write)
                 raise
 
-        def insert_and_commit() -> list[WriteResult | BaseException]:
-            if abandoned.is_set():
-                return []  # nobody waits for an answer: the published blobs are orphans
-            write = self.index.open_write()
-            try:
-                results = self._insert_batch(write.connection, batch)
-            except BaseException:
-                write.rollback()
-                raise
-            if abandoned.is_set():
-                write.rollback()
-                return []
-            write.commit()
-            return results
-
-        return await self.blobs.publish_async(
-            [p.staged for p in batch], offload, then=insert_and_commit
+        write = await self.blobs.publish_async(
+            [p.staged for p in batch], offload, then=self.index.open_write
         )
+        try:
+            results = self._insert_batch(write.connection, batch)
+        except BaseException:
+            await offload(write.rollback)
+            raise
+        await offload(write.commit)
+        return results
 
     def _settle(
         self, connection: Connection, pending: PendingWrite, outcome: WriteOutcome
@@ -383,3 +373,14 @@ def _refusal(pending: PendingWrite, outcome: WriteOutcome) -> BaseException | No
             memento_id=outcome.memento.id,
         )
     return None
+
+
+def _end_unused_write(step: Future[Any]) -> None:
+    """Called when a disk step of a cancelled batch is done, in the disk thread (or at once,
+    if it was): when that step opened the index write, nobody will commit it, so it ends
+    here, without the event loop, which may be closed by now."""
+    if step.cancelled() or step.exception() is not None:
+        return
+    opened = step.result()
+    if isinstance(opened, OpenWrite):
+        opened.rollback()

@@ -150,9 +150,9 @@ class LocalBlobStore(NoStorageLock):
         """:meth:`publish` from an event loop: ``offload`` runs it in a thread, the loop goes
         on meanwhile. ``then`` runs in the same thread right after the names are durable, and
         its result is returned: each hand-over to a thread and back costs ~90 us of CPU, so
-        the whole batch (the syncs, the renames, the caller's index transaction) shares one.
-        The renames run there too: on ext4 each is a journalled change of a directory, and
-        on the loop it held every request meanwhile."""
+        the syncs, the renames and the caller's next disk step (opening the index write)
+        share one. The renames run there too: on ext4 each is a journalled change of a
+        directory, and on the loop it held every request meanwhile."""
 
         def publish_then() -> _T:
             self.publish(staged)

@@ -245,11 +245,10 @@ class BatchInsert:
     Why not one statement reading the rows from a JSON array (``json_each``), as an
     earlier version did: SQLite's ``json_extract`` of every column of every row cost about
     three times the insert itself (a memento row: ~72 against ~26 µs of CPU, measured on
-    the embedded default). The driver lets go of the GIL around each row's step, but the
-    batch's writers run it in the disk thread, beside the event loop, which takes the GIL
-    back at its next system call; that costs less than the extraction did
-    (benchmarks/README.md, ``bench_floor.py``). Row by row, on one cursor, the values
-    travel as bound parameters, NUL included.
+    the embedded default). The driver lets go of the GIL around each row's step: cheap when
+    no other thread wants it meanwhile, which is how the memento write runs it (on the
+    event loop while the disk thread is idle; see ``MementoWriter._commit_batch_async``).
+    The values travel as bound parameters, NUL included.
 
     With ``key``, the rows whose ``key`` was new are reported: the keys already there are
     read first, in one statement; that is exact because the caller holds SQLite's write

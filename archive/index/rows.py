@@ -68,10 +68,19 @@ def as_inserted(m: Memento, expires_at: datetime) -> Memento:
     facts = m.facts
     if facts.headers:
         facts = replace(facts, headers=dict(sorted(facts.headers.items())))
-    return replace(
-        m,
+    # Built field by field: dataclasses.replace inspects the fields on every call.
+    return Memento(
+        id=m.id,
+        tenant=m.tenant,
+        uri_r=m.uri_r,
+        urir_key=m.urir_key,
         captured_at=m.captured_at.astimezone(UTC),
         archived_at=m.archived_at.astimezone(UTC),
+        content_hash=m.content_hash,
+        blob_version_id=m.blob_version_id,
+        media_type=m.media_type,
+        size=m.size,
+        scope=m.scope,
         facts=facts,
         expires_at=expires_at.astimezone(UTC),
         deleted_at=None,
