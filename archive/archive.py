@@ -15,6 +15,7 @@ import anyio
 
 from archive.access.audit import ReadAudit
 from archive.access.keys import KeyRing, load_server_secret
+from archive.access.sessions import SessionBook
 from archive.base_url import (
     DEFAULT_PUBLIC_BASE_URL,
     SettledBaseUrl,
@@ -83,6 +84,11 @@ class Archive:
         self._evidence_log: EvidenceLog | None = None
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
+        self.sessions = SessionBook(
+            index,
+            idle=timedelta(minutes=settings.session_idle_minutes),
+            absolute=timedelta(hours=settings.session_max_hours),
+        )
         self.transcripts = TranscriptBook(index, settings.citations)
         # This process's text caches, told of erasures (here at once, elsewhere by signal).
         self.text_memory = TextMemory(

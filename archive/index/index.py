@@ -52,9 +52,9 @@ from archive.index.navigation import Neighbours, TimeTravel
 from archive.index.prepared import Lookups
 from archive.index.recorded import RecordedSettings
 from archive.index.rows import (
-    RowView,
     StoredResponse,
     WriteOutcome,
+    as_inserted,
     memento_from,
     memento_row,
     stored_response_from,
@@ -299,7 +299,8 @@ class Index:
         # the writer's put saw before it: a sweep may have deleted that version since and
         # another writer re-stored the bytes as a new one.
         versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
-        rows = {m.id: self._memento_row(with_version(m, versions)) for m in batch}
+        versioned = {m.id: with_version(m, versions) for m in batch}
+        rows = {i: self._memento_row(m) for i, m in versioned.items()}
         inserted = self.insert_ignoring(
             connection,
             mementos,
@@ -308,7 +309,9 @@ class Index:
             returning=mementos.c.id,
         )
         # What we inserted is known; only rows that were there before are read back.
-        stored = {i: memento_from(RowView(row)) for i, row in rows.items() if i in inserted}
+        stored = {
+            i: as_inserted(m, rows[i]["expires_at"]) for i, m in versioned.items() if i in inserted
+        }
         if self.log is not None:
             self.log.log_mementos(connection, list(stored.values()), contents or {})
         earlier = [i for i in rows if i not in inserted]
