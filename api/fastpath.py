@@ -106,6 +106,8 @@ class MementoRoute:
             elif name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
         try:
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
             principal = await self.gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
             status, headers, body = await self.resolve(
                 principal, path[len(MEMENTO_PREFIX) :], method, if_none_match

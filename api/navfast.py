@@ -126,6 +126,8 @@ class NavigationRoute:
             elif name == b"accept-datetime" and accept_datetime is None:
                 accept_datetime = value.decode("latin-1")
         try:
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
             principal = await self.gatekeeper.authorize(bearer_token(authorization), _READERS)
             answer = await self.answer(principal, scope, prefix, accept_datetime)
         except AmberError as error:
