@@ -227,6 +227,8 @@ class WriteRoute:
     async def serve(
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, fallback: asgi.ASGIApp
     ) -> None:
+        if self.archive is not None:  # PostgreSQL: revocations in any replica, first
+            await self.archive.index.observe_changes()
         admitted = await self.budget.admit(WRITE_BODY, scope, receive)
         if admitted is None:
             return  # the client left: nobody to answer
