@@ -35,9 +35,10 @@ import hashlib
 import logging
 import random
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -128,6 +129,9 @@ class S3BlobStore(S3ObjectLock):
         self._lock_mode = lock_mode
         # Object Lock buckets are always versioned; otherwise asked once (GetBucketVersioning).
         self._versioned: bool | None = True if lock_mode else None
+        # Puts in progress by address, with their lock date (see put).
+        self._putting: dict[str, tuple[Future[StoredBlob], datetime | None]] = {}
+        self._putting_guard = threading.Lock()
 
     @classmethod
     def from_settings(
@@ -167,9 +171,40 @@ class S3BlobStore(S3ObjectLock):
         key = self.key_for(address)
         checksum = _sha256_base64(data)
         lock = self._initial_lock(retain_until)
-        return self._retry(
-            "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
-        )
+
+        def put_retrying() -> StoredBlob:
+            return self._retry(
+                "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
+            )
+
+        # Identical bytes put concurrently by this process go up once: S3 servers answer
+        # concurrent conditional creates of one key with 409 ConditionalRequestConflict
+        # (SeaweedFS does), and each loser then waited out a backoff (~1 s in all).
+        with self._putting_guard:
+            running = self._putting.get(address)
+            if running is None:
+                mine: Future[StoredBlob] = Future()
+                self._putting[address] = (mine, lock)
+        if running is not None:
+            leader, leader_lock = running
+            try:
+                stored = leader.result()
+            except Exception:
+                return put_retrying()  # the leader's failure is its own: try for ourselves
+            if leader_lock != lock:
+                return put_retrying()  # another lock date: our own put extends it if needed
+            return replace(stored, created=False)
+        try:
+            stored = put_retrying()
+        except BaseException as error:
+            mine.set_exception(error)
+            raise
+        else:
+            mine.set_result(stored)
+            return stored
+        finally:
+            with self._putting_guard:
+                del self._putting[address]
 
     def stage_many(
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
