@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import random
@@ -296,6 +297,76 @@ class S3Side:
         return [self.presigned("GET", f"objects/{n:08d}") for n in range(OBJECTS)]
 
 
+def boto3_phase(
+    args: argparse.Namespace, s3: S3Side, kind: str, amber_pid: int, start: int
+) -> dict[str, Any]:
+    """The S3 server driven by boto3 itself, from threads of this process, as Amber drives it
+    (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
+    using botocore, in CPU per request of the caller."""
+    import hashlib
+    import threading
+
+    body = os.urandom(PASSAGE_BYTES)
+    checksum = base64.b64encode(hashlib.sha256(body).digest()).decode("ascii")
+    state = {"measuring": False, "stop": False}
+    counts: list[int] = []
+    lock = threading.Lock()
+    sequence = iter(range(start, 10**9))
+
+    def work() -> None:
+        done = 0
+        while not state["stop"]:
+            if kind == "write":
+                with lock:
+                    n = next(sequence)
+                s3.client.put_object(
+                    Bucket=s3.bucket,
+                    Key=f"objects/{n:08d}",
+                    Body=body,
+                    IfNoneMatch="*",
+                    ChecksumAlgorithm="SHA256",
+                    ChecksumSHA256=checksum,
+                )
+            else:
+                s3.client.get_object(
+                    Bucket=s3.bucket, Key=f"objects/{random.randrange(OBJECTS):08d}"
+                )["Body"].read()
+            if state["measuring"]:
+                done += 1
+        with lock:
+            counts.append(done)
+
+    threads = [threading.Thread(target=work) for _ in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    time.sleep(args.warmup)
+    cpu0 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
+    t0 = time.perf_counter()
+    state["measuring"] = True
+    time.sleep(args.duration)
+    state["stop"] = True
+    seconds = time.perf_counter() - t0
+    cpu1 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
+    for thread in threads:
+        thread.join()
+    count = sum(counts)
+    used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    return {
+        "requests": count,
+        "errors": 0,
+        "seconds": seconds,
+        "rps": count / seconds,
+        "p50_ms": 0.0,
+        "p99_ms": 0.0,
+        "amber_cpu_ms": 0.0,
+        "postgres_cpu_ms": 0.0,
+        "s3_cpu_ms": used[1] / count * 1000 if count else 0.0,
+        "load_cpu": used[0] / seconds,  # the boto3 caller: CPU per request is client_cpu_ms
+        "other_cpu": max(0.0, used[2] - used[0] - used[1]) / seconds,
+        "statuses": {},
+    }
+
+
 def start_amber(
     workers: int, database_url: str, s3: S3Side, work: Path, args: argparse.Namespace
 ) -> Server:
@@ -412,7 +483,15 @@ def run_workers(
         for n in range(1, args.rounds + 1):
             order = ["write", "resolve"] if n % 2 else ["resolve", "write"]
             for kind in order:
-                for target in ("amber", "s3") if n % 2 else ("s3", "amber"):
+                targets = ["amber", "s3", *(["boto3"] if args.boto3 else [])]
+                for target in targets if n % 2 else targets[::-1]:
+                    if target == "boto3":
+                        result = boto3_phase(args, s3, kind, amber.pid, s3.written)
+                        s3.written += int(result["requests"] * 1.5) + 100000
+                        phase = Phase(workers=workers, round=n, target=target, kind=kind, **result)
+                        phases.append(phase)
+                        print_phase(phase, args)
+                        continue
                     if target == "amber" and kind == "write":
                         extra = {"method": "POST", "targets": ["/api/v1/mementos"]}
                         spec = phase_spec(
@@ -458,6 +537,7 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
     for workers in sorted({p.workers for p in phases}):
         for kind in ("write", "resolve"):
             mine = [p for p in phases if p.workers == workers and p.kind == kind]
+            boto3 = [p for p in mine if p.target == "boto3" and p.rps]
             ratios = []
             for n in sorted({p.round for p in mine}):
                 amber = [p for p in mine if p.round == n and p.target == "amber"]
@@ -482,6 +562,10 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
                     "amber_pg_cpu_ms": median("amber", "postgres_cpu_ms"),
                     "amber_s3_cpu_ms": median("amber", "s3_cpu_ms"),
                     "s3_cpu_ms": median("s3", "s3_cpu_ms"),
+                    "boto3_rps": median("boto3", "rps") if boto3 else None,
+                    "boto3_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in boto3)
+                    if boto3
+                    else None,
                     "noisy": any(p.other_cpu > NOISY_OTHER_CPU for p in mine),
                 }
             )
@@ -501,6 +585,12 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
             f"{r['goal']:>5.1f}   {r['amber_cpu_ms']:.2f} / {r['amber_pg_cpu_ms']:.2f} / "
             f"{r['amber_s3_cpu_ms']:.2f};  {r['s3_cpu_ms']:.2f}"
             + ("  (noisy machine)" if r["noisy"] else "")
+            + (
+                f"\n{'':>16}boto3 from threads: {r['boto3_rps']:.0f} req/s, "
+                f"{r['boto3_cpu_ms']:.2f} ms CPU per request in the caller"
+                if r["boto3_rps"]
+                else ""
+            )
         )
 
 
@@ -514,6 +604,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES)
     parser.add_argument("--amber-root", type=Path, default=REPO_ROOT, help="code to measure")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--boto3",
+        action="store_true",
+        help="also drive the S3 server with boto3 from threads of this process (the floor of "
+        "a Python caller using botocore; its CPU per request is 'load' / req/s)",
+    )
     parser.add_argument(
         "--py-spy",
         metavar="DIR",
