@@ -40,7 +40,9 @@ TIMEMAPS = "timemaps"
 
 # The generations the current request read, by kind: what it may answer from memory under.
 # A context variable, so each request (and the worker threads it hands work to, which
-# anyio gives a copy of its context) sees only what it read itself.
+# anyio gives a copy of its context) sees only what it read itself. A task a request
+# spawns inherits it too: one that outlives the request must observe again before it
+# answers from memory (none does today).
 _SEEN: ContextVar[dict[str, int] | None] = ContextVar("amber_change_generations", default=None)
 
 Generations = dict[str, int]

@@ -222,6 +222,11 @@ class Index:
         if self.generations is not None:
             await self.generations.observe()
 
+    def observe_changes_now(self) -> None:
+        """:meth:`observe_changes` in a worker thread (its own read, not shared)."""
+        if self.generations is not None:
+            self.generations.observe_now()
+
     def _announce_timemaps_change(self, connection: Connection) -> None:
         """Make this write transaction, from now until it has ended, a change of TimeMaps
         for every process (see :meth:`cache_until_timemaps_change`).
