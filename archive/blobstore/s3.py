@@ -35,10 +35,9 @@ import hashlib
 import logging
 import random
 import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -51,6 +50,7 @@ from botocore.exceptions import (
 )
 
 from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob
+from archive.blobstore.inflight import InFlight
 from archive.blobstore.objectlock import S3ObjectLock, lock_state
 from archive.blobstore.s3_client import (
     NOT_FOUND_CODES,
@@ -130,8 +130,7 @@ class S3BlobStore(S3ObjectLock):
         # Object Lock buckets are always versioned; otherwise asked once (GetBucketVersioning).
         self._versioned: bool | None = True if lock_mode else None
         # Puts in progress by address, with their lock date (see put).
-        self._putting: dict[str, tuple[Future[StoredBlob], datetime | None]] = {}
-        self._putting_guard = threading.Lock()
+        self._putting: InFlight[str, StoredBlob] = InFlight()
 
     @classmethod
     def from_settings(
@@ -180,31 +179,9 @@ class S3BlobStore(S3ObjectLock):
         # Identical bytes put concurrently by this process go up once: S3 servers answer
         # concurrent conditional creates of one key with 409 ConditionalRequestConflict
         # (SeaweedFS does), and each loser then waited out a backoff (~1 s in all).
-        with self._putting_guard:
-            running = self._putting.get(address)
-            if running is None:
-                mine: Future[StoredBlob] = Future()
-                self._putting[address] = (mine, lock)
-        if running is not None:
-            leader, leader_lock = running
-            try:
-                stored = leader.result()
-            except Exception:
-                return put_retrying()  # the leader's failure is its own: try for ourselves
-            if leader_lock != lock:
-                return put_retrying()  # another lock date: our own put extends it if needed
-            return replace(stored, created=False)
-        try:
-            stored = put_retrying()
-        except BaseException as error:
-            mine.set_exception(error)
-            raise
-        else:
-            mine.set_result(stored)
-            return stored
-        finally:
-            with self._putting_guard:
-                del self._putting[address]
+        return self._putting.run(
+            address, lock, put_retrying, lambda stored: replace(stored, created=False)
+        )
 
     def stage_many(
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
