@@ -135,6 +135,16 @@ def cpu_of(pids: list[int]) -> float:
     return sum(_proc_cpu_seconds(pid) for pid in pids)
 
 
+def postgres_cpu() -> dict[int, float]:
+    return {pid: _proc_cpu_seconds(pid) for pid in postgres_pids()}
+
+
+def grown(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU used between two readings by the processes alive at the second: a backend that
+    started meanwhile counts whole; one that exited meanwhile is lost (a lower bound)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 # --------------------------------------------------------------------------------------
 # Load (a separate process: this script re-run with ``_load``)
 # --------------------------------------------------------------------------------------
@@ -192,10 +202,10 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             await client.aclose()
 
-    def cpu_now() -> tuple[float, float, float, float, float]:
+    def cpu_now() -> tuple[float, dict[int, float], float, float, float]:
         return (
             cpu_of(tree_pids(spec["amber_pid"])) if spec["amber_pid"] else 0.0,
-            cpu_of(postgres_pids()),
+            postgres_cpu(),
             _proc_cpu_seconds(spec["s3_pid"]),
             time.process_time(),
             _machine_cpu_seconds(),
@@ -215,7 +225,8 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = t1 - t0
     count = len(latencies)
     latencies.sort()
-    used = [b - a for a, b in zip(before, after, strict=True)]
+    used = [after[0] - before[0], grown(before[1], after[1])]
+    used += [b - a for a, b in zip(before[2:], after[2:], strict=True)]
     return {
         "requests": count,
         "errors": sum(n for status, n in statuses.items() if not 200 <= status < 300),
