@@ -308,9 +308,7 @@ class S3Side:
         return [self.presigned("GET", f"objects/{n:08d}") for n in range(OBJECTS)]
 
 
-def boto3_phase(
-    args: argparse.Namespace, s3: S3Side, kind: str, amber_pid: int, start: int
-) -> dict[str, Any]:
+def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> dict[str, Any]:
     """The S3 server driven by boto3 itself, from threads of this process, as Amber drives it
     (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
     using botocore, in CPU per request of the caller."""
@@ -497,7 +495,7 @@ def run_workers(
                 targets = ["amber", "s3", *(["boto3"] if args.boto3 else [])]
                 for target in targets if n % 2 else targets[::-1]:
                     if target == "boto3":
-                        result = boto3_phase(args, s3, kind, amber.pid, s3.written)
+                        result = boto3_phase(args, s3, kind, s3.written)
                         s3.written += int(result["requests"] * 1.5) + 100000
                         phase = Phase(workers=workers, round=n, target=target, kind=kind, **result)
                         phases.append(phase)
