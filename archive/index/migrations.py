@@ -358,6 +358,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX transcripts_by_update ON transcripts (tenant, updated_at)",
         ),
     ),
+    Migration(
+        10,
+        "change generations: what replicas on PostgreSQL remember, and until when",
+        (
+            # One row per kind of change (archive/index/generations.py); a change's own
+            # transaction moves its row, so every replica's next request sees it.
+            """CREATE TABLE change_generations (
+                kind TEXT PRIMARY KEY,
+                generation BIGINT NOT NULL
+            )""",
+            """INSERT INTO change_generations (kind, generation)
+            VALUES ('deletions', 0), ('revocations', 0), ('timemaps', 0)""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
