@@ -109,6 +109,8 @@ class MementoRoute:
             elif name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
         try:
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
             principal = await self.gatekeeper.authorize_request(
                 authorization, session_id_of(scope) if authorization is None else None, READER_ROLES
             )
@@ -230,6 +232,8 @@ class WriteRoute:
     async def serve(
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, fallback: asgi.ASGIApp
     ) -> None:
+        if self.archive is not None:  # PostgreSQL: revocations in any replica, first
+            await self.archive.index.observe_changes()
         admitted = await self.budget.admit(WRITE_BODY, scope, receive)
         if admitted is None:
             return  # the client left: nobody to answer

@@ -127,6 +127,8 @@ class NavigationRoute:
             elif name == b"accept-datetime" and accept_datetime is None:
                 accept_datetime = value.decode("latin-1")
         try:
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
             principal = await self.gatekeeper.authorize_request(
                 authorization, session_id_of(scope) if authorization is None else None, _READERS
             )

@@ -217,6 +217,10 @@ class Settings:
     # (URI-Rs' mementos in TimeMap order, rendered pages and Link headers), until the next
     # memento written or deleted in any process. 0: every answer reads the index.
     timemap_cache_mb: int = 32
+    # Memory (MiB) each server process gives to remembering the bytes of live mementos read
+    # from a remote blob store (S3), re-hashed before each answer, until the next deletion
+    # in any process. 0: every answer reads the store. A local store is always read.
+    blob_cache_mb: int = 64
     s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     s3_sse_kms_key_id: str | None = None
     # S3 Object Lock mode for blob retention (the bucket must have Object Lock enabled):
@@ -296,6 +300,8 @@ class Settings:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
         if self.timemap_cache_mb < 0:
             raise ConfigurationError("AMBER_TIMEMAP_CACHE_MB must be 0 (off) or more")
+        if self.blob_cache_mb < 0:
+            raise ConfigurationError("AMBER_BLOB_CACHE_MB must be 0 (off) or more")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
         _ = self.extraction_limits  # fail at start, not at the first citation

@@ -393,6 +393,20 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         10,
+        "change generations: what replicas on PostgreSQL remember, and until when",
+        (
+            # One row per kind of change (archive/index/generations.py); a change's own
+            # transaction moves its row, so every replica's next request sees it.
+            """CREATE TABLE change_generations (
+                kind TEXT PRIMARY KEY,
+                generation BIGINT NOT NULL
+            )""",
+            """INSERT INTO change_generations (kind, generation)
+            VALUES ('deletions', 0), ('revocations', 0), ('timemaps', 0)""",
+        ),
+    ),
+    Migration(
+        11,
         "evidence log: leaves sequenced with their rows, tree nodes, signed checkpoints",
         (
             # One row per leaf, its index dense from 0: sequenced in the transaction of the

@@ -342,6 +342,13 @@ sessions = Table(
     Column("expires_at", UTCDateTime, nullable=False),
 )
 
+change_generations = Table(
+    "change_generations",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("generation", BigInteger, nullable=False),
+)
+
 # The indexes the migrations create, declared here too so that the Core tables describe the
 # whole schema (tests/test_schema.py holds the two equal).
 for _name, _table, _columns in (
