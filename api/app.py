@@ -14,6 +14,7 @@ from api import (
     drift,
     errors,
     fastpath,
+    log,
     mementos,
     metrics,
     navfast,
@@ -97,6 +98,7 @@ def create_app(
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
+        log.start_evidence_log(app.state.archive)
         try:
             async with app.mcp_route.running(urls.base):
                 yield
@@ -146,6 +148,7 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(retention.router)
     app.include_router(metrics.router)
+    app.include_router(log.router)
     ui.install(app, settings)  # the auditors' pages (/ui)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])

@@ -30,6 +30,7 @@ from archive.config import Settings
 from archive.dates import to_rfc3339
 from archive.drift import DriftService
 from archive.exceptions import (
+    ConfigurationError,
     Gone,
     MementoNotFound,
     OriginalNotFound,
@@ -38,6 +39,7 @@ from archive.hashing import content_address, verify
 from archive.index import DEFAULT_TENANT, Index, Neighbours
 from archive.index.signals import ReadCache
 from archive.index.timeline import Timeline, TimeMapView
+from archive.log.service import EvidenceLog, open_evidence_log
 from archive.mementos import (
     Memento,
     check_memento_id,
@@ -79,6 +81,7 @@ class Archive:
         self.blobs = blob_store
         self.index = index
         self.writes = MementoWriter(settings, blob_store, index, self.get_memento)
+        self._evidence_log: EvidenceLog | None = None
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
         self.sessions = SessionBook(
@@ -142,10 +145,24 @@ class Archive:
                 durable=settings.durable,
                 grace=timedelta(days=settings.citations.retention_days),
                 idempotency_ttl=timedelta(hours=settings.idempotency_ttl_hours),
+                evidence_log=settings.evidence_log == "on",
             ),
         )
 
+    def evidence_log(self) -> EvidenceLog:
+        """The evidence log (archive/log), its origin from the recorded base URL; opened on
+        first use, and started (background integration) by :meth:`start_evidence_log`."""
+        if self._evidence_log is None:
+            if self.index.log is None:
+                raise ConfigurationError("the evidence log is off (AMBER_EVIDENCE_LOG=off)")
+            self._evidence_log = open_evidence_log(
+                self.settings, self.index, self.settle_base_url().url
+            )
+        return self._evidence_log
+
     def close(self) -> None:
+        if self._evidence_log is not None:
+            self._evidence_log.close()
         self.writes.close()
         self.citations.close()
         self.read_audit.close()

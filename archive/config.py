@@ -234,6 +234,15 @@ class Settings:
     extract_memory_mb: int = 1024
     extract_max_pages: int = 2000
     extract_max_text_chars: int = 8 * 1024 * 1024
+    # The evidence log (archive/log, docs/design.md "The evidence log"): "on" sequences a
+    # signed Merkle-log leaf with every memento, citation and tombstone; "off" only exists
+    # so the benchmark can show what the log costs.
+    evidence_log: str = "on"
+    log_origin: str | None = None  # default: the public base URL without scheme, + "/log"
+    log_signing_key: str | None = None  # base64 Ed25519 seed; default <data_dir>/log-signing-key
+    log_checkpoint_interval: float = 1.0  # seconds between signed checkpoints, at least
+    tsa_url: str | None = None  # RFC 3161 time-stamping authority; None: no timestamps
+    tsa_interval: float = 3600.0  # seconds between timestamps while the tree grows, at least
     # `amber mcp` (api/mcp): the Amber server its tools call (AMBER_URL) with AMBER_API_KEY;
     # no URL: the embedded archive, opened in that process. Text a tool returns is cut at
     # mcp_text_limit characters (the full length is reported).
@@ -243,6 +252,10 @@ class Settings:
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
+        if self.evidence_log not in ("on", "off"):
+            raise ConfigurationError("AMBER_EVIDENCE_LOG must be 'on' or 'off'")
+        if self.log_checkpoint_interval <= 0 or self.tsa_interval <= 0:
+            raise ConfigurationError("AMBER_LOG_CHECKPOINT_INTERVAL and AMBER_TSA_INTERVAL > 0")
         if self.durability not in ("full", "relaxed"):
             raise ConfigurationError("AMBER_DURABILITY must be 'full' or 'relaxed'")
         if self.max_body_bytes <= 0 or self.timemap_page_size <= 0 or self.mcp_text_limit <= 0:
@@ -337,6 +350,8 @@ class Settings:
             shown[f.name] = _mask_url(str(value)) if isinstance(value, str) else str(value)
         if self.key_secret:
             shown["key_secret"] = "***"
+        if self.log_signing_key:
+            shown["log_signing_key"] = "***"
         if self.api_key:
             shown["api_key"] = "***"
         shown["database_url"] = _mask_url(self.resolved_database_url)

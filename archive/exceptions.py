@@ -21,7 +21,8 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   ├── BlobNotFound
     │   ├── OriginalNotFound          no memento of this URI-R
     │   ├── TranscriptNotFound
-    │   └── CitationNotFound          no citation with this id (drift history)
+    │   ├── CitationNotFound          no citation with this id (drift history)
+    │   └── NotYetCheckpointed        its log leaf is not in a signed checkpoint yet (seconds)
     ├── Unauthenticated               no key, a malformed, unknown or revoked key
     ├── Forbidden                     a valid key whose role may not do this
     ├── RateLimited                   the key's token bucket is empty (``retry_after``)
@@ -30,6 +31,7 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     ├── RetentionShortened            shortening a transcript's retention outside the admin action
     ├── IdempotencyConflict           an Idempotency-Key reused for a different request
     ├── IntegrityError                stored bytes no longer hash to their address: never served
+    │   └── LogMismatch               the evidence log and the archive disagree (amber log verify)
     ├── StorageError                  a backend failed after bounded retries; nothing acknowledged
     │   └── RetentionLocked           the store refuses a delete: Object Lock retention or hold
     ├── FetchError                    an outbound fetch did not produce a document
@@ -159,6 +161,12 @@ class CitationNotFound(NotFound):
     code = "citation_not_found"
 
 
+class NotYetCheckpointed(NotFound):
+    """The record's leaf is sequenced but not yet in a signed checkpoint (seconds)."""
+
+    code = "not_yet_checkpointed"
+
+
 class Unauthenticated(AmberError):
     code = "unauthenticated"
 
@@ -195,6 +203,12 @@ class IdempotencyConflict(AmberError):
 
 class IntegrityError(AmberError):
     code = "integrity_error"
+
+
+class LogMismatch(IntegrityError):
+    """The evidence log and the archive disagree; the message names the first place."""
+
+    code = "log_mismatch"
 
 
 class StorageError(AmberError):

@@ -257,6 +257,7 @@ class MementoWriter:
                 revive=lambda address: self.blobs.put(
                     contents[address], retain_until=self.initial_lock(utc_now())
                 ),
+                contents=contents,
             )
         )
         results: list[WriteResult | BaseException | None] = [

@@ -37,6 +37,9 @@ NOT_EVIDENCE = {
     "/api/v1/keys": "API key metadata: who may read, not what was read",
     "/api/v1/audit/reads": "the read audit itself (auditing it would grow it with every look)",
     "/api/v1/admin/log": "admin actions and their reasons, itself an append-only record",
+    "/log/checkpoint": "the evidence log's signed tree head: hashes, no tenant data",
+    "/log/tile/{tile}": "the evidence log's hash tiles: hashes, no tenant data",
+    "/log/consistency/{old}/{new}": "hashes between two tree sizes, no tenant data",
 }
 
 # What a route reads, by its path parameter: the action recorded and what the target names.
@@ -50,6 +53,8 @@ EXPECTED_ACTION = {
     ("GET", "/api/v1/transcripts"): "transcripts.list",
     ("GET", "/api/v1/citations/{citation_id}/drift"): "citation.drift",
     ("GET", "/api/v1/drift/sources"): "drift.sources",
+    ("GET", "/api/v1/mementos/{memento_id}/proof"): "memento.proof",
+    ("GET", "/api/v1/citations/{citation_id}/proof"): "citation.proof",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import jobs, mcp, mementos, server
+from api.cli import evidence, jobs, mcp, mementos, server
 from archive import __version__
 
 
@@ -34,6 +34,8 @@ for command in (
     mementos.verify,
     jobs.drift,
     mementos.show_config,
+    evidence.log_group,
+    evidence.proof_group,
     mcp.mcp,
 ):
     main.add_command(command)

@@ -43,6 +43,8 @@ READ_ACTIONS: dict[str, str] = {
     "transcripts.list": "the listing's query (needs_review, after, limit)",
     "citation.drift": "citation id",
     "drift.sources": "the window (window_days=N)",
+    "memento.proof": "memento id",
+    "citation.proof": "citation id",
 }
 
 

@@ -19,7 +19,12 @@ import blake3
 from sqlalchemy import Connection, select
 
 from archive.blobstore.base import BlobStore, StagedBlob, StoredBlob, discard_on_failure
-from archive.citations.normalise import NORMALISATION_VERSION, quote_hash
+from archive.citations.normalise import (
+    NORMALISATION_VERSION,
+    check_quote,
+    normalise,
+    quote_hash,
+)
 from archive.citations.records import (
     Citation,
     CitationError,
@@ -34,6 +39,7 @@ from archive.dates import utc_now
 from archive.exceptions import Gone, IdempotencyConflict
 from archive.index import Index, RowView, StoredResponse
 from archive.index.schema import citations
+from archive.log.statements import Statement, citation_statement, sha256_hex
 from archive.mementos import Memento, Scope, memento_id
 
 PASSAGE_MEDIA_TYPE = "text/plain; charset=utf-8"
@@ -57,6 +63,8 @@ class StoreJob:
     idempotency_key: str | None
     request_hash: str | None
     now: datetime
+    # citation id -> (document SHA-256, normalised quote SHA-256): facts its log leaf attests
+    digests: dict[str, tuple[str, str]]
 
 
 class CitationLedger:
@@ -104,6 +112,7 @@ class CitationLedger:
         now = utc_now()
         passages, documents, rows = [], [], []
         contents: dict[str, bytes] = {}
+        digests: dict[str, tuple[str, str]] = {}
         # Written now (S3: uploaded concurrently); the group commit makes them durable together
         # with concurrent requests' passages (local store: two filesystem syncs per batch),
         # before any row points at them.
@@ -127,6 +136,7 @@ class CitationLedger:
                         tenant, transcript.id, plan, passage, document_id, run_id, now
                     )
                 )
+                digests[rows[-1]["id"]] = _digests(plan)
             # Published and committed together with concurrent requests' passages and rows.
             return self.committer.submit(
                 StoreJob(
@@ -140,6 +150,7 @@ class CitationLedger:
                     idempotency_key,
                     request_hash,
                     now,
+                    digests,
                 )
             )
 
@@ -158,6 +169,7 @@ class CitationLedger:
                 revive=lambda address: self.blobs.put(
                     contents[address], retain_until=self.initial_lock(utc_now())
                 ),
+                contents=contents,
             )
             if any(o.memento.deleted_at is not None for o in outcomes):
                 raise Gone(
@@ -177,6 +189,8 @@ class CitationLedger:
             inserted = self.index.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )
+            if self.index.log is not None:
+                self._log(connection, jobs, inserted)
             # The cited evidence now expires with the latest of the transcripts citing it, as
             # they stand in this transaction (earlier than its grace date, too): read before
             # it, a retention shortened meanwhile would keep evidence past every transcript.
@@ -199,6 +213,16 @@ class CitationLedger:
                     )
                 )
         return results
+
+    def _log(self, connection: Connection, jobs: Sequence[StoreJob], inserted: set[Any]) -> None:
+        """The evidence log's leaves for the citations inserted just now, in request order."""
+        assert self.index.log is not None
+        logged: dict[str, Statement] = {}
+        for job in jobs:
+            for row in job.rows:
+                if row["id"] in inserted and row["id"] not in logged:
+                    logged[row["id"]] = citation_statement(row, *job.digests[row["id"]])
+        self.index.log.append(connection, list(logged.values()))
 
     def _remember(self, connection: Connection, job: StoreJob) -> None:
         assert job.idempotency_key is not None
@@ -397,3 +421,10 @@ def _reached(job: StoreJob) -> list[str]:
     reached = [m.id for m in job.mementos]
     reached += [r["document_memento_id"] for r in job.rows if r["document_memento_id"]]
     return reached
+
+
+def _digests(plan: PlannedCitation) -> tuple[str, str]:
+    """SHA-256 of the cited document's bytes and of the normalised quote (as quote_hash
+    normalises it), for external tools that verify SHA-256 only."""
+    quote = normalise(check_quote(plan.request.quote.exact)).encode("utf-8")
+    return sha256_hex(plan.evidence.content), sha256_hex(quote)

@@ -217,6 +217,7 @@ class DriftService:
                 revive=lambda address: self.blobs.put(
                     contents[address], retain_until=self.initial_lock(utc_now())
                 ),
+                contents=contents,
             )
             gone = {o.memento.id for o in outcomes if o.memento.deleted_at is not None}
             # A check may link the new passage an earlier check archived: retention may have

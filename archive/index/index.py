@@ -12,7 +12,7 @@ erasures, timemaps) here; they belong in their own module next, split with a ful
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,6 +64,7 @@ from archive.index.rows import (
 from archive.index.schema import blobs, idempotency_keys, mementos
 from archive.index.signals import ReadCache
 from archive.index.timeline import Timeline, TimelineReader
+from archive.log.sequencer import LeafSequencer
 from archive.mementos import Memento
 
 DEFAULT_TENANT = "default"
@@ -82,8 +83,12 @@ class Index:
         durable: bool = True,
         grace: timedelta = timedelta(days=14),
         idempotency_ttl: timedelta = timedelta(hours=24),
+        evidence_log: bool = False,
     ) -> None:
         self.url = driver_url(url)
+        # Sequences a leaf of the evidence log (archive/log) in every transaction that writes
+        # a memento, a citation or a tombstone; None when the archive keeps no log.
+        self.log = LeafSequencer() if evidence_log else None
         self.grace = grace  # expiry of a memento nobody cites: archived_at + grace
         self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
         if self.dialect == "sqlite":
@@ -300,8 +305,12 @@ class Index:
         connection: Connection,
         batch: Sequence[Memento],
         revive: Callable[[str], StoredBlob] | None = None,
+        contents: Mapping[str, bytes] | None = None,
     ) -> list[WriteOutcome]:
         """Insert what is new; report existing rows. Call inside :meth:`write`.
+
+        ``contents`` (bytes by address) lets the evidence log attest each new memento's
+        SHA-256; with a log it must hold every new memento's bytes.
 
         ``revive(address)`` re-stores a blob's bytes: it is called, under the write lock,
         for a blob a retention sweep has started deleting, so the write never acknowledges
@@ -344,6 +353,8 @@ class Index:
         stored = {
             i: as_inserted(m, rows[i]["expires_at"]) for i, m in versioned.items() if i in inserted
         }
+        if self.log is not None:
+            self.log.log_mementos(connection, list(stored.values()), contents or {})
         earlier = [i for i in rows if i not in inserted]
         if earlier:
             stored.update((m.id, m) for m in self._load_ids(connection, earlier))

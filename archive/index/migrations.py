@@ -49,6 +49,39 @@ def _append_only_postgresql(table: str) -> tuple[str, ...]:
     )
 
 
+# The evidence log's statements (archive/log): nothing may change or remove a leaf, except
+# that erasure blanks a statement's body (statement set to NULL), every other column kept,
+# so its leaf hash still holds the tree together while the erased facts are gone.
+_LEAF_COLUMNS = ("idx", "kind", "subject", "tenant", "leaf_hash", "sequenced_at")
+_LEAF_KEPT = "NEW.statement IS NULL AND " + " AND ".join(
+    f"NEW.{c} = OLD.{c}" for c in _LEAF_COLUMNS
+)
+# A checkpoint's signed text never changes; its RFC 3161 timestamp is added later.
+_CHECKPOINT_COLUMNS = ("size", "root", "note", "signed_at")
+_CHECKPOINT_KEPT = " AND ".join(f"NEW.{c} = OLD.{c}" for c in _CHECKPOINT_COLUMNS)
+
+
+def _guarded_sqlite(table: str, allowed: str) -> tuple[str, ...]:
+    return (
+        f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} WHEN NOT ({allowed}) "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END",
+        f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END",
+    )
+
+
+def _guarded_postgresql(table: str, allowed: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE FUNCTION {table}_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP = 'UPDATE' AND ({allowed}) THEN RETURN NEW; END IF;
+            RAISE EXCEPTION '{table} is append-only';
+        END $$""",
+        f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {table}_append_only()",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -370,6 +403,61 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             """INSERT INTO change_generations (kind, generation)
             VALUES ('deletions', 0), ('revocations', 0), ('timemaps', 0)""",
+        ),
+    ),
+    Migration(
+        11,
+        "evidence log: leaves sequenced with their rows, tree nodes, signed checkpoints",
+        (
+            # One row per leaf, its index dense from 0: sequenced in the transaction of the
+            # row it attests (archive/log/sequencer.py).
+            """CREATE TABLE log_leaves (
+                idx BIGINT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                tenant TEXT NOT NULL,
+                statement TEXT,
+                leaf_hash TEXT NOT NULL,
+                sequenced_at TIMESTAMP NOT NULL
+            )""",
+            "CREATE INDEX log_leaves_by_subject ON log_leaves (subject, kind)",
+            # 'sequenced': leaves given an index; 'integrated': leaves in the tree. Two rows,
+            # so that writers (which lock the first) never wait for the integrator.
+            """CREATE TABLE log_counters (
+                name TEXT PRIMARY KEY,
+                value BIGINT NOT NULL
+            )""",
+            "INSERT INTO log_counters (name, value) VALUES ('sequenced', 0), ('integrated', 0)",
+            # The hash of every perfect subtree: level 0 holds the leaf hashes, node (l, i)
+            # covers leaves [i * 2^l, (i + 1) * 2^l).
+            """CREATE TABLE log_nodes (
+                level INTEGER NOT NULL,
+                idx BIGINT NOT NULL,
+                hash TEXT NOT NULL,
+                PRIMARY KEY (level, idx)
+            )""",
+            """CREATE TABLE log_checkpoints (
+                size BIGINT PRIMARY KEY,
+                root TEXT NOT NULL,
+                note TEXT NOT NULL,
+                signed_at TIMESTAMP NOT NULL,
+                tsa_response TEXT,
+                tsa_at TIMESTAMP
+            )""",
+        ),
+        (
+            (
+                "sqlite",
+                _guarded_sqlite("log_leaves", _LEAF_KEPT)
+                + _append_only_sqlite("log_nodes")
+                + _guarded_sqlite("log_checkpoints", _CHECKPOINT_KEPT),
+            ),
+            (
+                "postgresql",
+                _guarded_postgresql("log_leaves", _LEAF_KEPT)
+                + _append_only_postgresql("log_nodes")
+                + _guarded_postgresql("log_checkpoints", _CHECKPOINT_KEPT),
+            ),
         ),
     ),
 )

@@ -292,6 +292,44 @@ recorded_settings = Table(
     Column("recorded_at", UTCDateTime, nullable=False),
 )
 
+log_leaves = Table(
+    "log_leaves",
+    metadata,
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("kind", Text, nullable=False),  # memento | citation | tombstone
+    Column("subject", Text, nullable=False),  # the memento's or citation's id
+    Column("tenant", Text, nullable=False),
+    Column("statement", Text),  # RFC 8785 JSON; NULL once erased
+    Column("leaf_hash", Text, nullable=False),  # hex SHA-256(0x00 || statement)
+    Column("sequenced_at", UTCDateTime, nullable=False),
+)
+
+log_counters = Table(
+    "log_counters",
+    metadata,
+    Column("name", Text, primary_key=True),  # sequenced | integrated
+    Column("value", BigInteger, nullable=False),
+)
+
+log_nodes = Table(
+    "log_nodes",
+    metadata,
+    Column("level", Integer, primary_key=True, autoincrement=False),
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("hash", Text, nullable=False),  # hex
+)
+
+log_checkpoints = Table(
+    "log_checkpoints",
+    metadata,
+    Column("size", BigInteger, primary_key=True, autoincrement=False),
+    Column("root", Text, nullable=False),  # hex
+    Column("note", Text, nullable=False),  # the signed note, verbatim
+    Column("signed_at", UTCDateTime, nullable=False),
+    Column("tsa_response", Text),  # base64 RFC 3161 response over the note
+    Column("tsa_at", UTCDateTime),
+)
+
 sessions = Table(
     "sessions",
     metadata,
@@ -330,6 +368,7 @@ for _name, _table, _columns in (
     ("drift_checks_by_memento", drift_checks, ("memento_id",)),
     ("drift_checks_by_live_document", drift_checks, ("live_document_memento_id",)),
     ("drift_state_by_time", drift_state, ("last_checked_at",)),
+    ("log_leaves_by_subject", log_leaves, ("subject", "kind")),
     ("transcript_reviews_open", transcript_reviews, ("tenant", "needs_review", "flagged_at")),
 ):
     Index(_name, *(_table.c[c] for c in _columns))

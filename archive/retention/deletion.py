@@ -75,6 +75,8 @@ class Deleter:
             ],
         )
         ids = [v.memento_id for v in expired]
+        if self.index.log is not None:
+            self.index.log.log_tombstones(connection, ids, now)
         self.forget_text(connection, ids)
         self.mark_orphans_dying(connection, ids)
 

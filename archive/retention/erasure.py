@@ -108,6 +108,10 @@ class Eraser:
                 + [{"target": i, "why": json.dumps({**why, "of": memento_id})} for i in live],
             )
             erased = [memento_id, *live]
+            if self.index.log is not None:
+                self.index.log.log_tombstones(connection, erased, now)
+                # Erased facts leave the log too: the statements go, their leaf hashes stay.
+                self.index.log.blank(connection, [memento_id, *derived])
             # Passages tombstoned earlier (by a sweep) have no text left, but a citation of
             # the document may still hold some: everything cut from it is blanked.
             self.deleter.forget_text(connection, [memento_id, *derived])

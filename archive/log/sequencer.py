@@ -1,0 +1,143 @@
+"""Sequencing: every memento, citation and tombstone gets its leaf in the transaction that
+writes its row, so neither exists without the other.
+
+Indexes come from one counter row (``log_counters.sequenced``), incremented in the same
+transaction: a transaction that rolls back (or a process killed mid-way) takes its
+increment with it, so the indexes stay dense, with no gaps, whatever happens. On PostgreSQL
+the increment locks that row until commit, which orders concurrent writers' leaves; on
+SQLite the one writer already holds the database's write lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, or_, select, update
+
+from archive.dates import utc_now
+from archive.exceptions import ConfigurationError
+from archive.index.schema import citations, log_leaves
+from archive.log.statements import (
+    CITATION,
+    MEMENTO,
+    Statement,
+    memento_statement,
+    sha256_hex,
+    tombstone_statement,
+)
+from archive.mementos import Memento
+
+_NEXT = "UPDATE log_counters SET value = value + {} WHERE name = 'sequenced' RETURNING value"
+_NEXT_SQLITE, _NEXT_PG = _NEXT.format("?"), _NEXT.format("%s")
+_INSERT = (
+    "INSERT INTO log_leaves (idx, kind, subject, tenant, statement, leaf_hash, sequenced_at) "
+    "VALUES ({0}, {0}, {0}, {0}, {0}, {0}, {0})"
+)
+_INSERT_SQLITE, _INSERT_PG = _INSERT.format("?"), _INSERT.format("%s")
+
+
+class LeafSequencer:
+    """Appends leaves inside the caller's write transaction (never commits itself)."""
+
+    def append(self, connection: Connection, statements: Sequence[Statement]) -> int:
+        """Sequence ``statements`` in order; the index of the first."""
+        if not statements:
+            return -1
+        # On the driver: this runs in every write transaction, and SQLAlchemy's statement
+        # handling would cost more than the two statements themselves.
+        sqlite = connection.dialect.name == "sqlite"
+        end = int(
+            connection.exec_driver_sql(
+                _NEXT_SQLITE if sqlite else _NEXT_PG, (len(statements),)
+            ).scalar_one()
+        )
+        first = end - len(statements)
+        now = utc_now().replace(tzinfo=None)  # naive UTC, as UTCDateTime stores it
+        at: object = now.isoformat(" ", "microseconds") if sqlite else now
+        connection.exec_driver_sql(
+            _INSERT_SQLITE if sqlite else _INSERT_PG,
+            [
+                (first + i, s.kind, s.subject, s.tenant, s.text, s.leaf_hash.hex(), at)
+                for i, s in enumerate(statements)
+            ],
+        )
+        return first
+
+    def log_mementos(
+        self, connection: Connection, created: Sequence[Memento], contents: Mapping[str, bytes]
+    ) -> None:
+        """Leaves for mementos inserted just now; ``contents``: their bytes by address."""
+        statements = []
+        for memento in created:
+            data = contents.get(memento.content_hash)
+            if data is None:
+                raise ConfigurationError("a memento's bytes are needed to log its SHA-256")
+            statements.append(memento_statement(memento, sha256_hex(data)))
+        self.append(connection, statements)
+
+    def log_tombstones(
+        self, connection: Connection, memento_ids: Collection[str], deleted_at: datetime
+    ) -> None:
+        """Leaves for the mementos among ``memento_ids`` this transaction tombstoned (their
+        ``deleted_at`` is ``deleted_at``): the deletion kind and its policy, as the index
+        records them."""
+        from archive.index.schema import mementos
+
+        if not memento_ids:
+            return
+        rows = connection.execute(
+            select(mementos.c.id, mementos.c.tenant, mementos.c.deletion_reason)
+            .where(mementos.c.id.in_(sorted(memento_ids)), mementos.c.deleted_at == deleted_at)
+            .order_by(mementos.c.id)
+        ).all()
+        self.append(
+            connection,
+            [
+                tombstone_statement(r.id, r.tenant, deleted_at, *deletion_of(r.deletion_reason))
+                for r in rows
+            ],
+        )
+
+    def blank(self, connection: Connection, memento_ids: Collection[str]) -> int:
+        """Erase the statements of these mementos' leaves and of the citations whose passage
+        or document they are: bodies go, leaf hashes stay (the one change the table's
+        triggers allow). Tombstone leaves stay: they hold dates and policy, never content."""
+        if not memento_ids:
+            return 0
+        ids = sorted(memento_ids)
+        cited = select(citations.c.id).where(
+            or_(citations.c.passage_memento_id.in_(ids), citations.c.document_memento_id.in_(ids))
+        )
+        result = connection.execute(
+            update(log_leaves)
+            .where(
+                log_leaves.c.statement.is_not(None),
+                or_(
+                    (log_leaves.c.kind == MEMENTO) & log_leaves.c.subject.in_(ids),
+                    (log_leaves.c.kind == CITATION) & log_leaves.c.subject.in_(cited),
+                ),
+            )
+            .values(statement=None)
+        )
+        return int(result.rowcount or 0)
+
+
+def deletion_of(reason_json: str | None) -> tuple[str, Any]:
+    """(``expiry`` or ``erasure``, the recorded reason) of a tombstone's deletion_reason."""
+    import json
+
+    reason = json.loads(reason_json) if reason_json else None
+    kind = "erasure" if isinstance(reason, dict) and reason.get("kind") == "erasure" else "expiry"
+    return kind, reason
+
+
+def statement_rows(connection: Connection, subject: str, kind: str) -> list[dict[str, Any]]:
+    """The leaves of one subject and kind, oldest first."""
+    rows = connection.execute(
+        select(log_leaves)
+        .where(log_leaves.c.subject == subject, log_leaves.c.kind == kind)
+        .order_by(log_leaves.c.idx)
+    ).all()
+    return [dict(r._mapping) for r in rows]
