@@ -5,8 +5,9 @@ queries and the same test suite. PostgreSQL uses ``INSERT … ON CONFLICT DO NOT
 concurrent replicas writing the same memento agree on one row; how each engine takes its
 write lock is in :mod:`archive.index.engines`.
 
-Over 500 lines only because this session's merges put three change signals (deletions,
-erasures, timemaps) here; they belong in their own module next, split with a full test run.
+Over 500 lines only because the change signals (SQLite files) and generation rows
+(PostgreSQL) for deletions, erasures, revocations and timemaps, and the evidence log's hook,
+were merged here; the signals belong in their own module next, split with a full test run.
 """
 
 from __future__ import annotations
