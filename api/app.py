@@ -11,6 +11,7 @@ from starlette.types import Receive, Scope, Send
 
 from api import (
     admin,
+    bundles,
     drift,
     errors,
     fastpath,
@@ -139,6 +140,7 @@ def create_app(
     app.include_router(retention.router)
     app.include_router(metrics.router)
     app.include_router(log.router)
+    app.include_router(bundles.router)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

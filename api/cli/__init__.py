@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import evidence, jobs, mementos, server
+from api.cli import bundles, evidence, jobs, mementos, server
 from archive import __version__
 
 
@@ -36,5 +36,7 @@ for command in (
     mementos.show_config,
     evidence.log_group,
     evidence.proof_group,
+    bundles.export,
+    bundles.verify_bundle,
 ):
     main.add_command(command)
