@@ -38,5 +38,6 @@ for command in (
     evidence.proof_group,
     bundles.export,
     bundles.verify_bundle,
+    bundles.import_archive,
 ):
     main.add_command(command)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from api.cli.shared import opened
+from api.cli.shared import echo_json, opened
 
 
 @click.command("export")
@@ -74,3 +74,30 @@ def verify_bundle(bundle: Path, vkey: str, tsa_ca: Path | None, wacz_key: Path |
     )
     if not report.ok:
         raise SystemExit(1)
+
+
+@click.command("import")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tool", default="warc-import", show_default=True, help="Capture tool recorded.")
+@click.option("--tenant", default="default", show_default=True)
+def import_archive(source: Path, tool: str, tenant: str) -> None:
+    """Store every response and resource record of a WARC (.warc, .warc.gz) or WACZ as a
+    memento; idempotent. Prints a summary: records read, stored, already present, skipped.
+
+    To cite from imported mementos, add the --tool name to [citations] evidence_sources.
+
+    Example: amber import crawl.wacz --tool browsertrix
+    """
+    import sys
+
+    from archive.bundles.importer import import_file
+
+    with opened() as archive:
+        if sys.stderr.isatty():
+            with click.progressbar(length=0, label="records", file=sys.stderr) as bar:
+                summary = import_file(
+                    archive, source, tenant=tenant, tool=tool, progress=bar.update
+                )
+        else:
+            summary = import_file(archive, source, tenant=tenant, tool=tool)
+    echo_json(summary.as_dict())

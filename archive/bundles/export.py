@@ -260,6 +260,10 @@ def _memento_record(memento: Memento, content: bytes) -> bytes:
         headers.append(("Amber-Tool", facts.tool))
     if facts.final_url:
         headers.append(("Amber-Final-URL", facts.final_url))
+    if headers[0][1] == "resource" and facts.http_status is not None:
+        # A passage keeps its document's capture facts; a resource record has no HTTP part.
+        headers.append(("Amber-HTTP-Status", str(facts.http_status)))
+        headers.append(("Amber-HTTP-Headers", facts.headers_json()))
     return record_bytes(headers, block, content)
 
 
