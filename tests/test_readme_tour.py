@@ -31,7 +31,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TOUR_BLOCK = re.compile(
     r"^```sh tour=(?P<step>[a-z]+)\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE
 )
-STEPS = ["serve", "key", "store", "resolve", "timegate", "cite"]
+STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "bundle"]
 TOUR_PORT = "8000"
 KEY = re.compile(r"^amber_[0-9a-f]{12}_\S{43}$", re.MULTILINE)
 BLOCK_TIMEOUT_SECONDS = 120
@@ -196,6 +196,10 @@ def test_the_readme_tour_works_when_pasted(
     assert "Parental leave is 16 weeks [1]." in cited.stdout, cited.stdout + cited.stderr
     assert "Sources:" in cited.stdout
     assert re.search(rf"“sixteen weeks” — archived .*: {re.escape(base)}/memento/", cited.stdout)
+
+    bundled = terminal.run(blocks["bundle"])
+    assert bundled.stdout.count("\u2713") == 1, bundled.stdout + bundled.stderr
+    assert "verified: 1 citations" in bundled.stderr, bundled.stderr
 
     # The CLI, sharing the index, prints the same URI-M the server issued.
     timemap = terminal.run("amber timemap 'https://example.org/leave?lang=en'")
