@@ -192,9 +192,9 @@ def export_bundle(archive: Archive, tenant: str, transcript_id: str) -> Bundle:
     if state.leaves and state.checkpoint is None:
         raise NotYetCheckpointed("the transcript's leaves are not in a signed checkpoint yet")
     files: dict[str, bytes] = {}
-    warc, record_ids = _warc(archive, state)
+    warc, record_ids, passages = _warc(archive, state)
     files["archive/data.warc.gz"] = warc
-    files["indexes/index.cdx"] = _cdxj(warc)
+    files["indexes/index.cdx"] = _cdxj(warc, passages)
     files["pages/pages.jsonl"] = _pages(state)
     files[CITATIONS] = _citations_file(state, record_ids)
     files.update(_proofs(state))
@@ -213,8 +213,10 @@ def _ordered(state: _State) -> list[Memento]:
     return sorted(state.mementos.values(), key=lambda m: (m.captured_at, m.uri_r, m.id))
 
 
-def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str]]:
+def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[int]]:
+    """The WARC, each memento's record id, and the offsets of passage records."""
     out = io.BytesIO()
+    passages: set[int] = set()
     ids: dict[str, str] = {}
     by_passage: dict[str, list[Any]] = {}
     for row in state.citations:
@@ -223,10 +225,12 @@ def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str]]:
         if memento.deleted_at is not None:
             continue  # exported as its tombstone in citations.jsonl, never as bytes
         ids[memento.id] = record_id("memento", memento.id)
+        if memento.scope.value == "passage":
+            passages.add(out.tell())
         out.write(_memento_record(memento, archive.read_content(memento)))
         for row in by_passage.get(memento.id, []):
             out.write(_citation_record(row, ids[memento.id]))
-    return out.getvalue(), ids
+    return out.getvalue(), ids, passages
 
 
 def _memento_record(memento: Memento, content: bytes) -> bytes:
@@ -319,7 +323,10 @@ def _citation_record(row: Any, refers_to: str) -> bytes:
     return record_bytes(headers, body, body)
 
 
-def _cdxj(warc: bytes) -> bytes:
+def _cdxj(warc: bytes, passages: set[int]) -> bytes:
+    """CDXJ of the replayable records. A passage shares its document's URI-R and datetime:
+    where the document is in the bundle, the passage is left out of the index, so a replay
+    tool shows the page, not the extracted text around a quote."""
     from cdxj_indexer import CDXJIndexer
 
     out = io.StringIO()
@@ -329,7 +336,14 @@ def _cdxj(warc: bytes) -> bytes:
         out, [source], sort=True, filename="data.warc.gz", records="response,revisit,resource"
     ).process_all()
     lines = sorted(line for line in out.getvalue().splitlines() if line)
-    return ("\n".join(lines) + "\n").encode() if lines else b""
+    parsed = [(line, line.split(" ", 2), json.loads(line.split(" ", 2)[2])) for line in lines]
+    documents = {(f[0], f[1]) for _, f, d in parsed if int(d["offset"]) not in passages}
+    kept = [
+        line
+        for line, f, d in parsed
+        if int(d["offset"]) not in passages or (f[0], f[1]) not in documents
+    ]
+    return ("\n".join(kept) + "\n").encode() if kept else b""
 
 
 def _pages(state: _State) -> bytes:
