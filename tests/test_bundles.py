@@ -380,3 +380,29 @@ def test_a_bundle_signed_by_another_key_fails_against_wacz_key(made: tuple[bytes
     assert verify_bundle(repack(unpack(data), other), vkey).ok  # well formed, evidence intact
     report = verify_bundle(data, vkey, wacz_key=pem)
     assert report.bundle_error is not None and "--wacz-key" in report.bundle_error
+
+
+def test_a_timestamped_checkpoint_verifies_against_the_tsa_ca(
+    tmp_path: Path, made: tuple[bytes, str]
+) -> None:
+    from fixtures_tsa import running_tsa
+
+    (tmp_path / "tsa").mkdir()
+    with running_tsa(tmp_path / "tsa") as tsa:
+        stamped = settings_for(tmp_path / "amber-data").with_overrides(tsa_url=tsa.url)
+        opened = Archive.open(stamped)
+        try:
+            populate(opened)
+            evidence = opened.evidence_log()
+            evidence.step(force=True)
+            evidence.timestamp()
+            data = export_bundle(opened, "default", "t-1").data
+            vkey = evidence.signer.vkey()
+        finally:
+            opened.close()
+        ca = tsa.ca_pem.read_bytes()
+    assert "proofs/checkpoint.tsr" in unpack(data)
+    report = verify_bundle(data, vkey, tsa_ca=ca)
+    assert report.ok, report.lines()
+    unstamped = verify_bundle(made[0], made[1], tsa_ca=ca)  # a bundle with no timestamp
+    assert unstamped.bundle_error is not None and "timestamp" in unstamped.bundle_error
