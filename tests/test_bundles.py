@@ -406,3 +406,34 @@ def test_a_timestamped_checkpoint_verifies_against_the_tsa_ca(
     assert report.ok, report.lines()
     unstamped = verify_bundle(made[0], made[1], tsa_ca=ca)  # a bundle with no timestamp
     assert unstamped.bundle_error is not None and "timestamp" in unstamped.bundle_error
+
+
+def test_an_erased_passage_is_exported_as_its_tombstone(tmp_path: Path) -> None:
+    opened = Archive.open(settings_for(tmp_path / "amber-data"))
+    try:
+        populate(opened)
+        before = export_bundle(opened, "default", "t-1")
+        passage = next(
+            i
+            for i in before.mementos
+            if opened.get_memento("default", i).scope.value == "passage"
+            and opened.get_memento("default", i).uri_r == "https://example.org/policy"
+        )
+        opened.retention.erase("default", passage, "takedown", "admin-key")
+        after = export_bundle(opened, "default", "t-1")
+        vkey = opened.evidence_log().signer.vkey()
+    finally:
+        opened.close()
+    report = verify_bundle(after.data, vkey)
+    assert report.ok, report.lines()
+    files = unpack(after.data)
+    entries = [json.loads(line) for line in files["citations/citations.jsonl"].splitlines()]
+    erased = [e for e in entries if e["passage_memento_id"] == passage]
+    assert len(erased) == 2
+    for entry in erased:
+        [tombstoned] = [m for m in entry["mementos"] if m["id"] == passage]
+        assert tombstoned["tombstone"]["deleted_at"] and tombstoned["warc_record_id"] is None
+        assert entry["selectors"][0]["exact"] is None  # the quote went with the passage
+    records = list(warcfile.read_records(files["archive/data.warc.gz"]))
+    assert passage not in {r.get("Amber-Memento-Id") for r in records}
+    assert f"proofs/tombstone-{passage}.statement.json" in files

@@ -222,14 +222,14 @@ def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[i
     for row in state.citations:
         by_passage.setdefault(row.passage_memento_id, []).append(row)
     for memento in _ordered(state):
-        if memento.deleted_at is not None:
-            continue  # exported as its tombstone in citations.jsonl, never as bytes
-        ids[memento.id] = record_id("memento", memento.id)
-        if memento.scope.value == "passage":
-            passages.add(out.tell())
-        out.write(_memento_record(memento, archive.read_content(memento)))
+        refers_to = None
+        if memento.deleted_at is None:  # else only its tombstone, in citations.jsonl
+            refers_to = ids[memento.id] = record_id("memento", memento.id)
+            if memento.scope.value == "passage":
+                passages.add(out.tell())
+            out.write(_memento_record(memento, archive.read_content(memento)))
         for row in by_passage.get(memento.id, []):
-            out.write(_citation_record(row, ids[memento.id]))
+            out.write(_citation_record(row, refers_to))
     return out.getvalue(), ids, passages
 
 
@@ -309,17 +309,18 @@ def citation_facts(row: Any) -> dict[str, Any]:
     }
 
 
-def _citation_record(row: Any, refers_to: str) -> bytes:
+def _citation_record(row: Any, refers_to: str | None) -> bytes:
     body = _dumps(citation_facts(row))
     headers = [
         ("WARC-Type", "metadata"),
         ("WARC-Record-ID", record_id("citation", row.id)),
         ("WARC-Date", to_rfc3339(row.created_at)),
         ("WARC-Target-URI", row.document_uri_r),
-        ("WARC-Refers-To", refers_to),
         ("Content-Type", "application/json"),
         ("Amber-Citation-Id", row.id),
     ]
+    if refers_to is not None:  # None: the passage was deleted, its tombstone stands in
+        headers.insert(4, ("WARC-Refers-To", refers_to))
     return record_bytes(headers, body, body)
 
 
