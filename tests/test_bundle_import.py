@@ -199,3 +199,25 @@ def test_the_cli_prints_a_summary(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["import", str(warc), "--tool", "crawler"], env=env)
     assert result.exit_code == 0, result.output
     assert '"stored": 3' in result.output and '"records_read": 5' in result.output
+
+
+def test_files_that_are_not_warcs_are_refused_cleanly(tmp_path: Path) -> None:
+    env = {
+        "AMBER_DATA_DIR": str(tmp_path / "cli-data"),
+        "AMBER_PUBLIC_BASE_URL": "http://testserver",
+    }
+    (tmp_path / "notes.txt").write_text("hello world\n")
+    (tmp_path / "broken.warc.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    (tmp_path / "empty.wacz").write_bytes(_zip_without_warcs())
+    for name in ("notes.txt", "broken.warc.gz", "empty.wacz"):
+        result = CliRunner().invoke(main, ["import", str(tmp_path / name)], env=env)
+        assert result.exit_code == 1 and "Error:" in result.output, (name, result.output)
+
+
+def _zip_without_warcs() -> bytes:
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as bundle:
+        bundle.writestr("datapackage.json", "{}")
+    return out.getvalue()

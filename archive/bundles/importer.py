@@ -84,9 +84,12 @@ def import_file(
     from warcio.exceptions import ArchiveLoadFailed
 
     summary = ImportSummary()
-    for _, stream in warc_streams(path):
+    streams = 0
+    for name, stream in warc_streams(path):
+        streams += 1
         by_id: dict[str, _Capture] = {}
         by_digest: dict[tuple[str, str], _Capture] = {}
+        before = summary.read
         try:
             for record in ArchiveIterator(stream, arc2warc=True):
                 summary.read += 1
@@ -95,6 +98,10 @@ def import_file(
                     progress(1)
         except ArchiveLoadFailed as exc:
             raise InvalidInput(f"not a readable WARC: {exc}") from None
+        if summary.read == before and path.stat().st_size > 0:
+            raise InvalidInput(f"{name} holds no readable WARC record")
+    if streams == 0:
+        raise InvalidInput("the zip holds no archive/*.warc file: not a WACZ")
     return summary
 
 
