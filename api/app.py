@@ -22,9 +22,11 @@ from api import (
     retention,
     timetravel,
     transcripts,
+    ui,
 )
 from api.auth import Gatekeeper
 from api.budget import RequestBudget
+from api.mcp.http import McpRoute, is_mcp
 from api.middleware import BodySizeLimit
 from api.urls import Urls
 from archive import __version__
@@ -50,6 +52,7 @@ class AmberApp(FastAPI):
     memento_route: fastpath.MementoRoute
     write_route: fastpath.WriteRoute
     navigation_route: navfast.NavigationRoute
+    mcp_route: McpRoute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if fastpath.is_memento_content(scope):
@@ -57,6 +60,9 @@ class AmberApp(FastAPI):
             return
         if navfast.navigation_prefix(scope) is not None:
             await self.navigation_route.serve(scope, receive, send)
+            return
+        if is_mcp(scope):
+            await self.mcp_route.serve(scope, receive, send)
             return
         if fastpath.is_memento_write(scope):
             await self.write_route.serve(scope, receive, send, super().__call__)
@@ -89,12 +95,14 @@ def create_app(
                 raise
         assert isinstance(app, AmberApp)
         app.state.gatekeeper.keys = app.state.archive.keys
+        app.state.gatekeeper.sessions = app.state.archive.sessions
         app.memento_route.start(app.state.archive)
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
         log.start_evidence_log(app.state.archive)
         try:
-            yield
+            async with app.mcp_route.running(urls.base):
+                yield
         finally:
             app.memento_route.close()
             app.navigation_route.close()
@@ -112,6 +120,7 @@ def create_app(
         auth,
         RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         archive.keys if archive is not None else None,
+        archive.sessions if archive is not None else None,
     )
     app.state.urls = urls
     budget = RequestBudget(
@@ -124,6 +133,7 @@ def create_app(
     app.memento_route = fastpath.MementoRoute(app.state.gatekeeper, app.state.urls)
     app.write_route = fastpath.WriteRoute(budget, app.state.urls)
     app.navigation_route = navfast.NavigationRoute(app.state.gatekeeper, app.state.urls)
+    app.mcp_route = McpRoute(app, app.state.gatekeeper, settings)  # /mcp (api/mcp/http.py)
     if archive is not None:
         urls.rebase(archive.settle_base_url(urls.base).url)
         app.state.archive = archive
@@ -141,6 +151,7 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(log.router)
     app.include_router(bundles.router)
+    ui.install(app, settings)  # the auditors' pages (/ui)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])
     def healthz() -> dict[str, str]:

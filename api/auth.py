@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from archive.access.audit import ReadAudit
 from archive.access.keys import KeyRing, Principal, Role
 from archive.access.ratelimit import RateLimiter
+from archive.access.sessions import Session, SessionBook
 from archive.exceptions import Forbidden
 from archive.index import DEFAULT_TENANT
 
@@ -83,6 +84,7 @@ class Gatekeeper:
     enabled: bool
     rate_limiter: RateLimiter
     keys: KeyRing | None = None  # set when the app starts
+    sessions: SessionBook | None = None  # browser sessions (api.ui), set when the app starts
 
     async def authorize(self, presented: str | None, allowed: frozenset[Role]) -> Principal:
         """The principal behind the presented key, having spent a rate-limit token and held
@@ -99,6 +101,27 @@ class Gatekeeper:
         if principal.roles.isdisjoint(allowed):
             raise Forbidden(forbidden_message(principal, allowed))
         return principal
+
+    async def authorize_request(
+        self, authorization: str | None, session_id: str | None, allowed: frozenset[Role]
+    ) -> Principal:
+        """:meth:`authorize` for the routes a browser opens (URI-Ms, TimeGates, TimeMaps):
+        a Bearer key when one is sent, else the session a signed-in browser's cookie names."""
+        token = bearer_token(authorization)
+        if token is None and session_id is not None and self.enabled:
+            return (await self.authorize_session(session_id, allowed)).principal
+        return await self.authorize(token, allowed)
+
+    async def authorize_session(self, session_id: str | None, allowed: frozenset[Role]) -> Session:
+        """The live session behind a cookie, having spent a rate-limit token of its key and
+        held one of the ``allowed`` roles (raises Unauthenticated, RateLimited or Forbidden)."""
+        sessions = self.sessions
+        assert sessions is not None, "the app has not started"
+        session = await sessions.resume_async(session_id)
+        self.rate_limiter.take(session.principal.key_id)
+        if session.principal.roles.isdisjoint(allowed):
+            raise Forbidden(forbidden_message(session.principal, allowed))
+        return session
 
 
 def forbidden_message(principal: Principal, allowed: frozenset[Role]) -> str:

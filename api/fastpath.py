@@ -10,6 +10,7 @@ does; one it lets through that is not plainly well formed is handed to FastAPI.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,7 +19,8 @@ from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from starlette import types as asgi
 
-from api.auth import Gatekeeper, bearer_token, record_read
+from api.auth import Gatekeeper, record_read
+from api.browser import error_or_sign_in, session_id_of
 from api.budget import BodyRoute, RequestBudget, replay
 from api.deps import IDEMPOTENCY_KEY
 from api.errors import amber_error_response, unexpected_error_response
@@ -38,6 +40,7 @@ from archive.exceptions import AmberError
 from archive.hashing import content_address
 from archive.index.signals import ReadCache
 from archive.mementos import Memento
+from archive.writes import WriteResult
 
 
 def is_memento_write(scope: asgi.Scope) -> bool:
@@ -106,12 +109,16 @@ class MementoRoute:
             elif name == b"if-none-match" and if_none_match is None:
                 if_none_match = value.decode("latin-1")
         try:
-            principal = await self.gatekeeper.authorize(bearer_token(authorization), READER_ROLES)
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
+            principal = await self.gatekeeper.authorize_request(
+                authorization, session_id_of(scope) if authorization is None else None, READER_ROLES
+            )
             status, headers, body = await self.resolve(
                 principal, path[len(MEMENTO_PREFIX) :], method, if_none_match
             )
         except AmberError as error:
-            await amber_error_response(error, method, path)(scope, receive, send)
+            await error_or_sign_in(error, scope)(scope, receive, send)
             return
         except Exception:
             await unexpected_error_response(method, path)(scope, receive, send)
@@ -225,6 +232,8 @@ class WriteRoute:
     async def serve(
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send, fallback: asgi.ASGIApp
     ) -> None:
+        if self.archive is not None:  # PostgreSQL: revocations in any replica, first
+            await self.archive.index.observe_changes()
         admitted = await self.budget.admit(WRITE_BODY, scope, receive)
         if admitted is None:
             return  # the client left: nobody to answer
@@ -247,31 +256,56 @@ class WriteRoute:
             await fallback(scope, replay(admitted.raw, receive), send)
             return
         try:
-            response = await self.write(admitted.principal, body, admitted.raw, key)
+            result = await self.written(admitted.principal, body, admitted.raw, key)
+            status, headers, content = self.answer(result)
         except AmberError as error:
-            response = amber_error_response(error, "POST", WRITE_PATH)
+            await amber_error_response(error, "POST", WRITE_PATH)(scope, receive, send)
+            return
         except Exception:
-            response = unexpected_error_response("POST", WRITE_PATH)
-        await response(scope, receive, send)
+            await unexpected_error_response("POST", WRITE_PATH)(scope, receive, send)
+            return
+        # Sent as JSONResponse sends it (same bytes, same headers in the same order), without
+        # building a Response object per write.
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
 
     async def write(
         self, principal: Principal, body: MementoIn, raw: bytes, idempotency_key: str | None
     ) -> Response:
         """The answer to a checked write request by an authorised principal."""
-        archive = self.archive
-        assert archive is not None, "the app has not started"
-        result = await archive.write_memento_async(
-            memento_request(body),
-            tenant=principal.tenant,
-            idempotency_key=idempotency_key,
-            request_hash=content_address(raw) if idempotency_key else None,
-        )
+        result = await self.written(principal, body, raw, idempotency_key)
         rendered = memento_json(result.memento, self.urls)
         return JSONResponse(
             rendered,
             status_code=201 if result.created else 200,
             headers={"Location": rendered["uri_m"]},
         )
+
+    async def written(
+        self, principal: Principal, body: MementoIn, raw: bytes, idempotency_key: str | None
+    ) -> WriteResult:
+        archive = self.archive
+        assert archive is not None, "the app has not started"
+        return await archive.write_memento_async(
+            memento_request(body),
+            tenant=principal.tenant,
+            idempotency_key=idempotency_key,
+            request_hash=content_address(raw) if idempotency_key else None,
+        )
+
+    def answer(self, result: WriteResult) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """``(status, headers, body)`` of a write's answer, exactly as :meth:`write`'s
+        JSONResponse renders them."""
+        rendered = memento_json(result.memento, self.urls)
+        content = json.dumps(
+            rendered, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+        ).encode("utf-8")
+        headers = [
+            (b"location", rendered["uri_m"].encode("latin-1")),
+            (b"content-length", str(len(content)).encode("latin-1")),
+            (b"content-type", b"application/json"),
+        ]
+        return 201 if result.created else 200, headers, content
 
 
 def _plain_json(content_type: bytes | None) -> bool:

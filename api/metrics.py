@@ -43,6 +43,7 @@ def metrics(
     principal: Annotated[Principal, Depends(require(Role.ADMIN))],
 ) -> PlainTextResponse:
     commits = archive.write_commits()
+    archive.index.observe_changes_now()  # PostgreSQL: what the caches hold is valid under it
     lines = [
         *_metric(
             "amber_write_batches_total",

@@ -21,8 +21,9 @@ from typing import NamedTuple
 from fastapi import Response
 from starlette import types as asgi
 
-from api.auth import READERS, Gatekeeper, bearer_token, record_read
-from api.errors import amber_error_response, unexpected_error_response
+from api.auth import READERS, Gatekeeper, record_read
+from api.browser import error_or_sign_in, session_id_of
+from api.errors import unexpected_error_response
 from api.models import TimeMapOut
 from api.timetravel import (
     accept_datetime_of,
@@ -126,10 +127,14 @@ class NavigationRoute:
             elif name == b"accept-datetime" and accept_datetime is None:
                 accept_datetime = value.decode("latin-1")
         try:
-            principal = await self.gatekeeper.authorize(bearer_token(authorization), _READERS)
+            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
+                await self.archive.index.observe_changes()
+            principal = await self.gatekeeper.authorize_request(
+                authorization, session_id_of(scope) if authorization is None else None, _READERS
+            )
             answer = await self.answer(principal, scope, prefix, accept_datetime)
         except AmberError as error:
-            await amber_error_response(error, method, path)(scope, receive, send)
+            await error_or_sign_in(error, scope)(scope, receive, send)
             return
         except Exception:
             await unexpected_error_response(method, path)(scope, receive, send)

@@ -15,6 +15,7 @@ import anyio
 
 from archive.access.audit import ReadAudit
 from archive.access.keys import KeyRing, load_server_secret
+from archive.access.sessions import SessionBook
 from archive.base_url import (
     DEFAULT_PUBLIC_BASE_URL,
     SettledBaseUrl,
@@ -34,7 +35,7 @@ from archive.exceptions import (
     MementoNotFound,
     OriginalNotFound,
 )
-from archive.hashing import content_address
+from archive.hashing import content_address, verify
 from archive.index import DEFAULT_TENANT, Index, Neighbours
 from archive.index.signals import ReadCache
 from archive.index.timeline import Timeline, TimeMapView
@@ -83,6 +84,11 @@ class Archive:
         self._evidence_log: EvidenceLog | None = None
         self.keys = KeyRing(index, load_server_secret(settings.key_secret, settings.data_dir))
         self.read_audit = ReadAudit(index)
+        self.sessions = SessionBook(
+            index,
+            idle=timedelta(minutes=settings.session_idle_minutes),
+            absolute=timedelta(hours=settings.session_max_hours),
+        )
         self.transcripts = TranscriptBook(index, settings.citations)
         # This process's text caches, told of erasures (here at once, elsewhere by signal).
         self.text_memory = TextMemory(
@@ -117,6 +123,15 @@ class Archive:
         # process; only the half of AMBER_TIMEMAP_CACHE_MB the API leaves for rendered answers.
         self.timelines: ReadCache[tuple[str, str], Timeline] = index.cache_until_timemaps_change(
             Timeline.weight, budget=settings.timemap_cache_mb * 1024 * 1024 // 2
+        )
+        # (address, version) -> the bytes of a live memento read from a remote store (S3),
+        # until a deletion in any process; re-hashed before every answer. A local store
+        # is read instead: a file read costs about what the re-hash does.
+        self.blob_bytes: ReadCache[tuple[str, str | None], bytes] = index.cache_until_deletion(
+            _bytes_weight,
+            budget=0
+            if blob_store.capabilities.reads_in_process
+            else settings.blob_cache_mb * 1024 * 1024,
         )
 
     @classmethod
@@ -153,6 +168,7 @@ class Archive:
         self.read_audit.close()
         self.keys.close()
         self.timelines.close()
+        self.blob_bytes.close()
         self.index.close()
         self.blobs.close()
 
@@ -242,7 +258,14 @@ class Archive:
         it is small and local (QUICK_READ_BYTES), else in a worker thread."""
         if self.blobs.capabilities.reads_in_process and size <= QUICK_READ_BYTES:
             return self.read_blob(address, version_id)
-        return await anyio.to_thread.run_sync(self.read_blob, address, version_id)
+        key = (address, version_id)
+        remembered = self.blob_bytes.get(key)
+        if remembered is not None:
+            return verify(address, remembered)  # bytes are re-hashed before every answer
+        generation = self.blob_bytes.generation()  # before the read (ReadCache.refresh)
+        data = await anyio.to_thread.run_sync(self.read_blob, address, version_id)
+        self.blob_bytes.put(generation, key, data)
+        return data
 
     def original(self, uri_r: str) -> URIR:
         return parse_uri_r(uri_r, self.settings.internal_schemes)
@@ -313,6 +336,11 @@ class Archive:
 
     def content_address_of(self, data: bytes) -> str:
         return content_address(data)
+
+
+def _bytes_weight(data: bytes) -> int:
+    """About the memory a remembered blob takes: its bytes, the bytes object and its key."""
+    return len(data) + 300
 
 
 def _choose(

@@ -205,6 +205,11 @@ class Settings:
     key_secret: str | None = None  # HMAC key for API keys; default: <data_dir>/key-secret
     rate_limit_per_second: float = 100.0  # per API key; 0 turns the limit off
     rate_limit_burst: int = 200
+    # Browser sessions (/ui): signed out after this long without a request, and after this
+    # long in all however busy; sign-in attempts allowed per client address per minute.
+    session_idle_minutes: float = 30.0
+    session_max_hours: float = 12.0
+    login_attempts_per_minute: int = 10
     # Memory (MiB) each server process gives to remembering live mementos' URI-M answers
     # (~1.5 KB each: 64 MiB holds ~40,000). 0: every answer reads the index.
     uri_m_cache_mb: int = 64
@@ -212,6 +217,10 @@ class Settings:
     # (URI-Rs' mementos in TimeMap order, rendered pages and Link headers), until the next
     # memento written or deleted in any process. 0: every answer reads the index.
     timemap_cache_mb: int = 32
+    # Memory (MiB) each server process gives to remembering the bytes of live mementos read
+    # from a remote blob store (S3), re-hashed before each answer, until the next deletion
+    # in any process. 0: every answer reads the store. A local store is always read.
+    blob_cache_mb: int = 64
     s3_sse: str | None = None  # "AES256" (SSE-S3) or "aws:kms" (SSE-KMS)
     s3_sse_kms_key_id: str | None = None
     # S3 Object Lock mode for blob retention (the bucket must have Object Lock enabled):
@@ -234,6 +243,12 @@ class Settings:
     log_checkpoint_interval: float = 1.0  # seconds between signed checkpoints, at least
     tsa_url: str | None = None  # RFC 3161 time-stamping authority; None: no timestamps
     tsa_interval: float = 3600.0  # seconds between timestamps while the tree grows, at least
+    # `amber mcp` (api/mcp): the Amber server its tools call (AMBER_URL) with AMBER_API_KEY;
+    # no URL: the embedded archive, opened in that process. Text a tool returns is cut at
+    # mcp_text_limit characters (the full length is reported).
+    url: str | None = None
+    api_key: str | None = None
+    mcp_text_limit: int = 20_000
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -243,7 +258,7 @@ class Settings:
             raise ConfigurationError("AMBER_LOG_CHECKPOINT_INTERVAL and AMBER_TSA_INTERVAL > 0")
         if self.durability not in ("full", "relaxed"):
             raise ConfigurationError("AMBER_DURABILITY must be 'full' or 'relaxed'")
-        if self.max_body_bytes <= 0 or self.timemap_page_size <= 0:
+        if self.max_body_bytes <= 0 or self.timemap_page_size <= 0 or self.mcp_text_limit <= 0:
             raise ConfigurationError("size limits must be positive")
         budget = (
             self.max_json_nodes,
@@ -275,12 +290,18 @@ class Settings:
         DriftPolicy.from_section(self.extra.get("drift", {}))
         if self.rate_limit_per_second < 0 or self.rate_limit_burst < 1:
             raise ConfigurationError("rate limits must be non-negative (0 = off), burst >= 1")
+        if self.session_idle_minutes <= 0 or self.session_max_hours <= 0:
+            raise ConfigurationError("AMBER_SESSION_IDLE_MINUTES and _MAX_HOURS must be positive")
+        if self.login_attempts_per_minute < 1:
+            raise ConfigurationError("AMBER_LOGIN_ATTEMPTS_PER_MINUTE must be 1 or more")
         if self.idempotency_ttl_hours < 1:
             raise ConfigurationError("AMBER_IDEMPOTENCY_TTL_HOURS must be 1 or more")
         if self.uri_m_cache_mb < 0:
             raise ConfigurationError("AMBER_URI_M_CACHE_MB must be 0 (off) or more")
         if self.timemap_cache_mb < 0:
             raise ConfigurationError("AMBER_TIMEMAP_CACHE_MB must be 0 (off) or more")
+        if self.blob_cache_mb < 0:
+            raise ConfigurationError("AMBER_BLOB_CACHE_MB must be 0 (off) or more")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
         _ = self.extraction_limits  # fail at start, not at the first citation
@@ -331,6 +352,8 @@ class Settings:
             shown["key_secret"] = "***"
         if self.log_signing_key:
             shown["log_signing_key"] = "***"
+        if self.api_key:
+            shown["api_key"] = "***"
         shown["database_url"] = _mask_url(self.resolved_database_url)
         shown["blob_store"] = self.resolved_blob_store
         return shown

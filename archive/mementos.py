@@ -53,6 +53,7 @@ KEPT_HEADERS = frozenset(
     }
 )
 MAX_HEADER_VALUE = 2048
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # what a tool name may not hold
 MAX_TOOL_NAME = 200
 # Clocks of agents and server are never perfectly in step; a capture stamped this far
 # "in the future" is accepted as the client's claim rather than refused.
@@ -77,6 +78,8 @@ class CaptureFacts:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def headers_json(self) -> str:
+        if not self.headers:
+            return "{}"  # most captures (every passage): no encoder per row
         return json.dumps(dict(sorted(self.headers.items())), separators=(",", ":"))
 
 
@@ -152,9 +155,7 @@ def served_media_type(stored: str) -> str:
 
 def check_tool(value: str | None) -> str | None:
     """The capturing tool's name (``http.get``): printable text, as every index can store."""
-    if value is not None and (
-        len(value) > MAX_TOOL_NAME or any(ord(c) < 0x20 or c == "\x7f" for c in value)
-    ):
+    if value is not None and (len(value) > MAX_TOOL_NAME or _CONTROL.search(value)):
         raise InvalidContent(
             f"tool must be at most {MAX_TOOL_NAME} characters, without control characters"
         )

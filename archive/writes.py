@@ -197,7 +197,7 @@ class MementoWriter:
             parse_uri_r(facts.final_url, self._settings.internal_schemes)
         # Written now, made durable by the group commit together with concurrent writes.
         staged = self.blobs.stage(request.content, retain_until=self.initial_lock(archived_at))
-        with discard_on_failure(self.blobs, [staged]):
+        try:
             stored = staged.blob
             memento = Memento(
                 id=memento_id(tenant, uri.key, captured_at, stored.address),
@@ -213,6 +213,9 @@ class MementoWriter:
                 scope=request.scope,
                 facts=facts,
             )
+        except BaseException:  # discard_on_failure, without a generator per write
+            self.blobs.discard([staged])
+            raise
         return PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
 
     def initial_lock(self, archived_at: datetime) -> datetime | None:
@@ -279,9 +282,15 @@ class MementoWriter:
         self, batch: Sequence[PendingWrite]
     ) -> list[WriteResult | BaseException]:
         """:meth:`_commit_batch` on an event loop (a local store and SQLite only: see
-        stages_on_loop). The syncs, the wait for the write lock and the commit run in the
-        disk thread; everything else runs here, so the two threads hand the GIL to each
-        other a handful of times per batch rather than at every statement."""
+        stages_on_loop). Two hand-overs to the disk thread per batch: the sync of the
+        bytes, the renames, the sync of the names and the opening of the index write (which
+        may wait for SQLite's write lock); then, after the statements, the commit.
+
+        The statements run here, on the loop: the disk thread is idle meanwhile, so the
+        driver's release of the GIL around each row's step costs nothing. Run in the disk
+        thread beside a busy loop, each row's step had to win the GIL back from the loop,
+        and on a loaded machine a batch then took longer than its syncs (measured with
+        bench_floor.py: 0.59 of the floor against 0.83, same run; benchmarks/README.md)."""
 
         async def offload(function: Callable[[], _T]) -> _T:
             # Shielded: a disk step, once handed over, runs to its end even if the loop
@@ -293,10 +302,7 @@ class MementoWriter:
                 running.add_done_callback(_end_unused_write)
                 raise
 
-        blobs = self.blobs
-        # The write opens (and may wait for SQLite's write lock) in the thread that made the
-        # names durable, in the same hand-over.
-        write = await blobs.publish_async(
+        write = await self.blobs.publish_async(
             [p.staged for p in batch], offload, then=self.index.open_write
         )
         try:

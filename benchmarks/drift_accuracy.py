@@ -6,6 +6,7 @@ Not a test: it prints a confusion table, per-verdict precision/recall and timing
     python benchmarks/drift_accuracy.py            # table, misses, timings
     python benchmarks/drift_accuracy.py --json     # machine-readable
     python benchmarks/drift_accuracy.py --no-timing
+    python benchmarks/drift_accuracy.py --languages --no-timing   # es fr de uk zh ar
 
 The corpus lives in ``tests/drift_corpus/``:
 
@@ -71,20 +72,28 @@ def _media_type(file: str) -> str:
     return "text/plain; charset=utf-8" if file.endswith(".txt") else "text/html; charset=utf-8"
 
 
-def load_documents() -> dict[str, dict[str, str]]:
+LANGUAGES = (
+    CORPUS / "languages"
+)  # the corpus in Spanish, French, German, Ukrainian, Chinese, Arabic
+
+
+def load_documents(corpus: Path = CORPUS) -> dict[str, dict[str, str]]:
+    """The corpus's documents, each with ``root``: the corpus directory its pages are in."""
     documents: dict[str, dict[str, str]] = json.loads(
-        (CORPUS / "documents.json").read_text("utf-8")
+        (corpus / "documents.json").read_text("utf-8")
     )
+    for document in documents.values():
+        document["root"] = str(corpus)
     return documents
 
 
-def load_cases() -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = json.loads((CORPUS / "cases.json").read_text("utf-8"))
+def load_cases(corpus: Path = CORPUS) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = json.loads((corpus / "cases.json").read_text("utf-8"))
     return cases
 
 
-def _page(file: str) -> bytes:
-    return (CORPUS / "pages" / file).read_bytes()
+def _page(file: str, root: str | Path = CORPUS) -> bytes:
+    return (Path(root) / "pages" / file).read_bytes()
 
 
 def _apply(source: str, edits: list[list[str]], case_id: str) -> str:
@@ -133,7 +142,8 @@ def build_inputs(case: dict[str, Any], documents: dict[str, dict[str, str]]) -> 
 
     document = documents[case["doc"]]
     media_type = document["media_type"]
-    old_source = _page(document["file"]).decode("utf-8")
+    root = document.get("root", CORPUS)
+    old_source = _page(document["file"], root).decode("utf-8")
     if case.get("old_edits"):
         old_source = _apply(old_source, case["old_edits"], case["id"])
     old_bytes = old_source.encode("utf-8")
@@ -150,7 +160,7 @@ def build_inputs(case: dict[str, Any], documents: dict[str, dict[str, str]]) -> 
     elif "edits" in new:
         live_bytes = _apply(old_source, new["edits"], case["id"]).encode("utf-8")
     else:
-        live_bytes = _page(new["page"])
+        live_bytes = _page(new["page"], root)
         live_type = _media_type(new["page"])
     status = case.get("status", 200)
     final_url = case.get("final_url", document["url"])
@@ -160,7 +170,8 @@ def build_inputs(case: dict[str, Any], documents: dict[str, dict[str, str]]) -> 
     if live_bytes is not None and status is not None and 200 <= status < 300:
         live_text = extract_text(live_bytes, live_type).text
         live = prepare(live_text)
-        probe_text = extract_text(_page(document["probe"]), _media_type(document["probe"])).text
+        probe = _page(document["probe"], root)
+        probe_text = extract_text(probe, _media_type(document["probe"])).text
         signals = soft_404_signals(
             requested_url=document["url"],
             final_url=final_url,
@@ -196,9 +207,9 @@ def run_case(
 
 
 def evaluate(
-    cases: list[dict[str, Any]],
+    cases: list[dict[str, Any]], corpus: Path = CORPUS
 ) -> tuple[list[tuple[dict[str, Any], CheckOutcome]], dict[str, Any]]:
-    documents = load_documents()
+    documents = load_documents(corpus)
     results = [(case, run_case(case, documents)) for case in cases]
     confusion: dict[str, Counter[str]] = defaultdict(Counter)
     for case, outcome in results:
@@ -223,6 +234,7 @@ def evaluate(
         batch[1] += 1
     summary = {
         "rules_version": RULES_VERSION,
+        "per_language": per_language(results),
         "cases": len(results),
         "correct": correct,
         "accuracy": correct / len(results),
@@ -247,6 +259,35 @@ def evaluate(
     return results, summary
 
 
+def per_language(results: list[tuple[dict[str, Any], CheckOutcome]]) -> dict[str, Any]:
+    """Per ``lang`` of the cases (``en`` when absent): accuracy, reversal recall, soft-404
+    precision (``None`` when there is nothing to divide by)."""
+    tallies: dict[str, Counter[str]] = defaultdict(Counter)
+    for case, outcome in results:
+        tally = tallies[case.get("lang", "en")]
+        got, expected = outcome.verdict.value, case["expected"]
+        tally["cases"] += 1
+        tally["correct"] += got == expected
+        tally["reversals"] += expected == "reversal"
+        tally["reversals_caught"] += expected == got == "reversal"
+        tally["soft_404_said"] += got == "soft_404"
+        tally["soft_404_right"] += expected == got == "soft_404"
+    return {
+        lang: {
+            "cases": t["cases"],
+            "correct": t["correct"],
+            "accuracy": t["correct"] / t["cases"],
+            "reversals": t["reversals"],
+            "reversals_caught": t["reversals_caught"],
+            "reversal_recall": t["reversals_caught"] / t["reversals"] if t["reversals"] else None,
+            "soft_404_precision": (
+                t["soft_404_right"] / t["soft_404_said"] if t["soft_404_said"] else None
+            ),
+        }
+        for lang, t in sorted(tallies.items())
+    }
+
+
 def _fmt(value: float | None) -> str:
     return "   -  " if value is None else f"{value:6.1%}"
 
@@ -258,6 +299,12 @@ def print_report(summary: dict[str, Any]) -> None:
     )
     for name, batch in summary["per_batch"].items():
         print(f"  {name}: {batch['accuracy']:.1%} ({batch['correct']}/{batch['cases']})")
+    for lang, row in summary["per_language"].items():
+        print(
+            f"  [{lang}] verdicts {row['correct']}/{row['cases']}, reversals "
+            f"{row['reversals_caught']}/{row['reversals']}, soft-404 precision "
+            f"{_fmt(row['soft_404_precision']).strip()}"
+        )
     print()
     short = {
         "identical": "ident",
@@ -391,8 +438,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=50, help="timing repetitions (median reported)"
     )
+    parser.add_argument(
+        "--languages",
+        action="store_true",
+        help="the corpus in other languages (tests/drift_corpus/languages) instead of English",
+    )
     args = parser.parse_args(argv)
-    _, summary = evaluate(load_cases())
+    corpus = LANGUAGES if args.languages else CORPUS
+    _, summary = evaluate(load_cases(corpus), corpus)
     if not args.no_timing:
         summary["timings_ms"] = timings(args.repeat)
     if args.json:

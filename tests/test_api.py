@@ -659,3 +659,18 @@ def test_rfc1123_in_link_matches_memento_datetime(client: Any, three: list[dict[
         assert response.headers["memento-datetime"] == to_rfc1123(
             parse_rfc3339(made["memento_datetime"])
         )
+
+
+def test_write_fast_path_answers_byte_for_byte_as_the_documented_route(client: Any) -> None:
+    """The fast path sends its answer without a Response object: the same capture written
+    again through it and through FastAPI's route must get the same bytes and headers."""
+    from fastapi.testclient import TestClient
+
+    body = {**WRITE, "captured_at": "2024-06-01T08:00:00+02:00", "headers": {"ETag": '"é"'}}
+    assert client.post("/api/v1/mementos", json=body).status_code == 201
+    fast = client.post("/api/v1/mementos", json=body)
+    with TestClient(framework_only(client.app)) as documented:
+        slow = documented.post("/api/v1/mementos", json=body)
+    assert fast.status_code == slow.status_code == 200
+    assert fast.content == slow.content
+    assert fast.headers.multi_items() == slow.headers.multi_items()

@@ -144,6 +144,34 @@ def test_normalised_quotes_are_accepted(client: Any, transcript: str) -> None:
     assert methods[0] == "normalised" and methods[1] == "exact"
 
 
+def test_quotes_in_other_scripts_match_under_amber_norm_2(client: Any, transcript: str) -> None:
+    """Issue #25's cases through the API: the other width of a comma, straight quotes for
+    guillemets, a sentence the HTML source breaks between two ideographs; ß is not ss."""
+    page = (
+        "<html><body><p>会议决定，票价为40元。</p>"
+        "<p>市政府批准了地铁三号线的\n延伸工程。</p>"
+        "<p>El ministro dijo: «la ley entra en vigor mañana».</p>"
+        "<p>Die Straße ist gesperrt.</p></body></html>"
+    )
+    quotes = [
+        "会议决定,票价为40元。",
+        "市政府批准了地铁三号线的延伸工程。",
+        'El ministro dijo: "la ley entra en vigor mañana".',
+        "Die Strasse ist gesperrt.",
+    ]
+    response = cite(
+        client,
+        *({"source": source(content=page), "quote": {"exact": q}} for q in quotes),
+        fail_closed=False,
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    made = body["citations"]
+    assert [c["match_method"] for c in made] == ["normalised"] * 3
+    assert [c["normalisation"] for c in made] == ["amber-norm-2"] * 3
+    assert [(e["index"], e["reason"]) for e in body["errors"]] == [(3, "quote_not_found")]
+
+
 def test_repeated_quote_is_disambiguated_by_context(client: Any, transcript: str) -> None:
     first = cite(client, {"source": source(), "quote": {"exact": "Requests must be made"}})
     second = cite(

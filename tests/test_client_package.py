@@ -13,7 +13,7 @@ from pathlib import Path
 
 import api.client
 from api.client import wire
-from archive.config import CitationPolicy
+from archive.config import CitationPolicy, Settings
 from archive.dates import parse_rfc3339
 from archive.hashing import content_address
 from archive.mementos import KEPT_HEADERS
@@ -200,12 +200,13 @@ def test_the_sources_one_request_may_name_are_the_servers_limit() -> None:
 def test_every_path_the_sdk_calls_is_one_the_server_routes() -> None:
     from api.app import create_app
     from api.mementos import WRITE_PATH
-    from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX
+    from api.urls import MEMENTO_PREFIX, TIMEGATE_PREFIX, TIMEMAP_JSON_PREFIX
     from archive.config import Settings
 
     assert wire.MEMENTOS_PATH == WRITE_PATH
     assert wire.MEMENTO_PREFIX == MEMENTO_PREFIX
     assert wire.TIMEGATE_PREFIX == TIMEGATE_PREFIX
+    assert wire.TIMEMAP_JSON_PREFIX == TIMEMAP_JSON_PREFIX
     routed = set(create_app(Settings()).openapi()["paths"])
     assert {
         wire.MEMENTOS_PATH,
@@ -214,6 +215,8 @@ def test_every_path_the_sdk_calls_is_one_the_server_routes() -> None:
         wire.TIMEGATE_PREFIX + "{uri_r}",
         wire.TRANSCRIPTS_PATH + "{transcript_id}",
         wire.TRANSCRIPTS_PATH + "{transcript_id}/citations",
+        wire.TIMEMAP_JSON_PREFIX + "{uri_r}",
+        wire.CITATIONS_PATH + "{citation_id}/drift",
     } <= routed
 
 
@@ -231,3 +234,106 @@ def test_datetimes_sent_read_back_as_the_same_instant_on_the_server() -> None:
         datetime(2024, 5, 1, 14, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2))),
     ):
         assert parse_rfc3339(wire.rfc3339(moment)) == moment
+
+
+# -- the client-only distribution (sdk/pyproject.toml) -------------------------------------
+
+SERVER_DISTRIBUTIONS = ("fastapi", "sqlalchemy", "boto3", "pypdfium2", "psycopg", "uvicorn", "mcp")
+
+IN_THE_VENV = """
+import importlib.util
+import sys
+from datetime import UTC, datetime
+
+import api.client
+from api.client import AmberClient, CitationRejected
+
+absent = sys.argv[3].split(",")
+assert [n for n in absent if importlib.util.find_spec(n) is not None] == [], absent
+assert importlib.util.find_spec("archive") is None
+assert api.client.__file__.startswith(sys.prefix), api.client.__file__
+
+with AmberClient(sys.argv[1], sys.argv[2]) as amber:
+    page = amber.write_memento(
+        "https://example.org/leave", "<p>Leave is sixteen weeks.</p>", "text/html",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC), tool="http.get",
+    )
+    amber.put_transcript("conv-1")
+    cited = amber.cite("conv-1", [{"memento_id": page.id, "quote": {"exact": "sixteen weeks"}}])
+    assert cited.citations[0].document_uri_m == page.uri_m
+    try:
+        amber.cite("conv-1", [{"memento_id": page.id, "quote": {"exact": "ten weeks"}}])
+    except CitationRejected as refused:
+        assert refused.reasons == ("quote_not_found",)
+    else:
+        raise SystemExit("a made-up quote was accepted")
+    assert amber.fetch_memento(page.uri_m).verified
+    assert page.uri_m in str(amber.timemap("https://example.org/leave"))
+print("ok")
+"""
+
+
+def test_the_client_only_distribution_installs_alone_and_works(tmp_path: Path) -> None:
+    from live_server import env_for, running_server
+
+    # The layout of the repository, copied: building writes next to the sources.
+    (tmp_path / "src" / "sdk").mkdir(parents=True)
+    (tmp_path / "src" / "sdk" / "pyproject.toml").write_bytes(
+        (ROOT / "sdk" / "pyproject.toml").read_bytes()
+    )
+    source = ROOT / "api" / "client"
+    target = tmp_path / "src" / "api" / "client"
+    target.mkdir(parents=True)
+    for module in source.glob("*.py"):
+        (target / module.name).write_bytes(module.read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("AMBER_")}
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    install = [python, "-m", "pip", "install", "-q", str(tmp_path / "src" / "sdk")]
+    done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.lower()
+    names = {line.partition("==")[0] for line in listed.split()}
+    assert "amber-client" in names and {"httpx", "blake3"} <= names
+    assert not names & set(SERVER_DISTRIBUTIONS), names & set(SERVER_DISTRIBUTIONS)
+
+    settings = Settings(data_dir=tmp_path / "amber-data")
+    with running_server(env_for(settings)) as server:
+        ran = subprocess.run(
+            [
+                python,
+                "-c",
+                textwrap.dedent(IN_THE_VENV),
+                server.base_url,
+                str(server.agent_key),
+                ",".join(SERVER_DISTRIBUTIONS),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "ok"
+
+
+def test_the_client_only_distribution_has_the_servers_version() -> None:
+    import tomllib
+
+    from archive import __version__
+
+    sdk = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text())["project"]
+    full = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sdk["version"] == full["version"] == __version__
+    assert sorted(sdk["dependencies"]) == sorted(
+        d for d in full["dependencies"] if d.startswith(("httpx", "blake3"))
+    )

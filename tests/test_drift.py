@@ -707,6 +707,21 @@ def test_review_on_is_configurable(
     }
 
 
+def test_a_passage_in_an_unread_language_is_flagged_not_guessed(
+    client: Any, archive: Archive, web: Web
+) -> None:
+    """amber-drift-2: Russian has no data, so an edit is not judged: it says so and asks a
+    person (needs_review), although review_on is only ``reversal``."""
+    said = "Исполнительный комитет одобрил проект реконструкции площади."
+    cite(client, "t-ru", web.base + "/ru/news", page("Новости.", said, title="Новости"), said)
+    web.routes["/ru/news"] = Reply(
+        body=page("Новости.", said.replace("одобрил", "отклонил"), title="Новости")
+    )
+    [check] = archive.drift.run()
+    assert (check.verdict, check.flagged) == ("material", True)
+    assert check.reasons == ("language_unsupported:ru",)
+
+
 # -- scheduling, idempotency, kill-safety ---------------------------------------------------
 
 

@@ -558,7 +558,7 @@ def test_classifier_protocol_and_plugging() -> None:
     plugged: Classifier = AlwaysMaterial()
     outcome = classify(**_ok(PAGE.replace("must register", "may register")), classifier=plugged)
     assert outcome.verdict == Verdict.MATERIAL and outcome.reasons == ("model:says_so",)
-    assert RULES_VERSION == "amber-drift-1"
+    assert RULES_VERSION == "amber-drift-2"
 
 
 # -- soft 404 -------------------------------------------------------------------------------

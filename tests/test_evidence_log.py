@@ -283,6 +283,11 @@ def _drop_guards(archive: Archive) -> None:
             "memento_datetime",
         ),
         ("UPDATE mementos SET size = size + 1 WHERE uri_r LIKE '%p1'", "size"),
+        (
+            "UPDATE mementos SET content_hash = "
+            "(SELECT content_hash FROM mementos WHERE uri_r LIKE '%p2') WHERE uri_r LIKE '%p1'",
+            "blake3",
+        ),
         ("UPDATE log_leaves SET statement = replace(statement, 'p1', 'p9') WHERE idx = 1", "hash"),
         ("DELETE FROM log_leaves WHERE idx = 1", "leaf 1 is missing"),
         (
@@ -293,7 +298,7 @@ def _drop_guards(archive: Archive) -> None:
             "index 1",
         ),
     ],
-    ids=["uri_r", "memento_datetime", "size", "statement", "deleted", "swapped"],
+    ids=["uri_r", "memento_datetime", "size", "content_hash", "statement", "deleted", "swapped"],
 )
 def test_the_self_audit_finds_each_tampering(archive: Archive, tamper: str, found: str) -> None:
     write(archive, 4)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -218,5 +219,27 @@ def test_open_write_commits_or_rolls_back_as_one_transaction(database_url: str) 
         assert index.get_memento("default", kept.id) is not None
         with index.write() as connection:  # the writer connection went back to the pool
             assert index.insert_mementos(connection, [kept])[0].created is False
+    finally:
+        index.close()
+
+
+def test_an_inserted_memento_is_answered_as_it_reads_back(database_url: str) -> None:
+    """A write answers with the memento it inserted without reading the row back: it must
+    equal what a read returns (UTC datetimes, the headers in stored order, expiry set)."""
+    index = Index(database_url)
+    try:
+        offset = timezone(timedelta(hours=2))
+        written = replace(
+            make(at=datetime(2024, 3, 1, 12, tzinfo=offset), content=content(7)),
+            archived_at=datetime.now(offset),
+            facts=CaptureFacts(tool="t", http_status=200, headers={"etag": '"e"', "date": "d"}),
+        )
+        with index.write() as connection:
+            [outcome] = index.insert_mementos(connection, [written])
+        assert outcome.created
+        read = index.get_memento("default", written.id)
+        assert read is not None and outcome.memento == read
+        assert list(outcome.memento.facts.headers) == list(read.facts.headers) == ["date", "etag"]
+        assert outcome.memento.captured_at.utcoffset() == timedelta(0)
     finally:
         index.close()

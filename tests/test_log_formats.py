@@ -10,7 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from archive.log.proofcheck import (
     Checkpoint,
@@ -25,6 +28,7 @@ from archive.log.proofcheck import (
     verify_note,
 )
 from archive.log.signing import NoteSigner, origin_from
+from archive.log.statements import canonical_json
 from archive.log.tree import consistency_plan, inclusion_plan
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -165,3 +169,29 @@ def test_signed_checkpoints_and_tlog_proofs_round_trip() -> None:
 def test_the_origin_defaults_to_the_base_url_without_its_scheme() -> None:
     assert origin_from(None, "https://amber.example.org") == "amber.example.org/log"
     assert origin_from("example.com/x", "https://a") == "example.com/x"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_statements_are_exactly_what_the_rfc8785_package_writes(value: object) -> None:
+    try:
+        expected = rfc8785.dumps(value).decode("utf-8")
+    except Exception as refused:  # lone surrogates: refused by both, the same way
+        with pytest.raises(type(refused)):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
+
+
+def test_a_memento_statement_is_rfc8785() -> None:
+    text = canonical_json({"uri_r": 'https://é.example/\u2028\x07"\\', "size": 3, "z": None})
+    assert text == rfc8785.dumps(json.loads(text)).decode("utf-8")

@@ -187,9 +187,14 @@ def test_context_of_a_repeated_quote_costs_linear_normalisation(
     normalised: list[int] = []
     real = norm._apply_rules
 
-    def counting(source: str, mode: norm.Mode, offsets: _Map | None) -> str:
+    def counting(
+        source: str,
+        mode: norm.Mode,
+        offsets: _Map | None,
+        version: norm.Version = "amber-norm-1",
+    ) -> str:
         normalised.append(len(source))
-        return real(source, mode, offsets)
+        return real(source, mode, offsets, version)
 
     monkeypatch.setattr(norm, "_apply_rules", counting)
     monkeypatch.setattr(context_module, "_apply_rules", counting)

@@ -32,7 +32,7 @@ def found(text: str, quote: str, **kwargs: object) -> str:
 
 
 def test_version_and_errors() -> None:
-    assert NORMALISATION_VERSION == "amber-norm-1"
+    assert NORMALISATION_VERSION == "amber-norm-2"  # amber-norm-1: tests/test_quotes_languages.py
     assert issubclass(QuoteNotFound, InvalidInput) and QuoteNotFound.code == "quote_not_found"
     assert issubclass(EmptyQuote, InvalidInput) and EmptyQuote.code == "empty_quote"
 

@@ -22,7 +22,10 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+import anyio
 import httpx
 import pytest
 from live_server import clean_environ, free_port
@@ -31,7 +34,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TOUR_BLOCK = re.compile(
     r"^```sh tour=(?P<step>[a-z]+)\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE
 )
-STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "bundle"]
+STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "mcp", "browser", "bundle"]
 TOUR_PORT = "8000"
 KEY = re.compile(r"^amber_[0-9a-f]{12}_\S{43}$", re.MULTILINE)
 BLOCK_TIMEOUT_SECONDS = 120
@@ -197,6 +200,26 @@ def test_the_readme_tour_works_when_pasted(
     assert "Sources:" in cited.stdout
     assert re.search(rf"“sixteen weeks” — archived .*: {re.escape(base)}/memento/", cited.stdout)
 
+    # A browser is sent to sign in; signed in with the auditor key, it opens the bytes.
+    browsed = terminal.run(blocks["browser"])
+    auditor_key = browsed.env["AMBER_AUDITOR_KEY"]
+    assert KEY.fullmatch(auditor_key), auditor_key
+    path = uri_m.removeprefix(base)
+    assert browsed.stdout.strip() == f"303 {base}/ui/login?next={quote(path, safe='')}"
+    with httpx.Client(base_url=base, follow_redirects=False) as browser:
+        form = browser.get(f"/ui/login?next={quote(path, safe='')}")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        signed = browser.post(
+            "/ui/login",
+            data={"key": auditor_key, "csrf": csrf[1], "next": path},
+            headers={"Origin": base},
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == path
+        opened = browser.get(uri_m, headers={"Accept": "text/html"})
+        assert opened.text == "<p>Parental leave is sixteen weeks.</p>"
+        transcript = browser.get("/ui/transcripts/conversation-1")
+        assert 'data-verified="true"' in transcript.text
     bundled = terminal.run(blocks["bundle"])
     assert bundled.stdout.count("\u2713") == 1, bundled.stdout + bundled.stderr
     assert "verified: 1 citations" in bundled.stderr, bundled.stderr
@@ -204,6 +227,29 @@ def test_the_readme_tour_works_when_pasted(
     # The CLI, sharing the index, prints the same URI-M the server issued.
     timemap = terminal.run("amber timemap 'https://example.org/leave?lang=en'")
     assert [json.loads(line)["uri_m"] for line in timemap.stdout.splitlines()] == [uri_m]
+
+    # The MCP configuration block: the server it names starts, and resolves the memento.
+    configured = terminal.run(blocks["mcp"])
+    server = json.loads((terminal.workdir / ".mcp.json").read_text())["mcpServers"]["amber"]
+    assert server["env"] == {"AMBER_URL": base, "AMBER_API_KEY": configured.env["AMBER_KEY"]}
+    resolved_over_mcp = anyio.run(_resolve_over_mcp, server, configured.env, uri_m)
+    assert resolved_over_mcp["hash_verified"] is True
+    assert resolved_over_mcp["text"] == "Parental leave is sixteen weeks."
+
+
+async def _resolve_over_mcp(
+    server: dict[str, Any], shell: dict[str, str], uri_m: str
+) -> dict[str, Any]:
+    from mcp import Client, StdioServerParameters
+
+    command = shutil.which(server["command"], path=shell["PATH"])
+    assert command is not None, server["command"]
+    env = {**shell, **server["env"]}
+    async with Client(StdioServerParameters(command=command, args=server["args"], env=env)) as mcp:
+        result = await mcp.call_tool("resolve", {"uri_m": uri_m})
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        return dict(result.structured_content)
 
 
 def test_the_reference_tables_name_real_commands_and_settings() -> None:

@@ -111,6 +111,31 @@ def test_budget_leaves_malformed_json_to_the_parser() -> None:
             budget.loads(text)
 
 
+def test_budget_skips_the_scan_only_where_the_scan_would_pass() -> None:
+    """``plainly_within`` lets a body skip the token scan; it must never pass one the scan
+    refuses, nor one with a long string. Tight bounds and a soup of JSON's structural bytes
+    (valid or not) reach every bound's edge."""
+    budget = JsonBudget(max_nodes=9, max_depth=3, max_members=6, max_key_bytes=4)
+    alphabet = ['"', "\\", "{", "}", "[", "]", ",", ":", " ", "1", "ab", "abcdef", '"key":']
+    rng = random.Random(19)
+    skipped = 0
+    for _ in range(20_000):
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 14))).encode()
+        if not budget.plainly_within(text):
+            continue
+        skipped += 1
+        scan = budget_module._Scan(budget, text)
+        scan.run()  # raises OverBudget if the shortcut was wrong
+        assert not scan.long_strings
+    assert skipped > 1000  # the shortcut is taken, at bounds' edges too
+
+
+def test_a_memento_write_skips_the_scan() -> None:
+    body = {**WRITE, "content": "x" * 4096, "scope": "passage", "tool": "http.get"}
+    assert JsonBudget().plainly_within(json.dumps(body).encode())
+    assert not JsonBudget().plainly_within(json.dumps({"a": [[[1]]] * 400}).encode())
+
+
 # --- the HTTP edge: authenticate before reading -------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The ``amber`` command: thin wrappers over ``archive`` (parse, call, render).
 
 One module per family of commands: ``server`` (serve, keys), ``mementos`` (capture,
-timemap, show, verify, config) and ``jobs`` (retention, gc, drift); ``shared`` holds what
+timemap, show, verify, config) and ``jobs`` (retention, gc, drift), ``mcp`` (the MCP server over stdio); ``shared`` holds what
 they all use.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import bundles, evidence, jobs, mementos, server
+from api.cli import bundles, evidence, jobs, mcp, mementos, server
 from archive import __version__
 
 
@@ -36,6 +36,7 @@ for command in (
     mementos.show_config,
     evidence.log_group,
     evidence.proof_group,
+    mcp.mcp,
     bundles.export,
     bundles.verify_bundle,
     bundles.import_archive,

@@ -161,6 +161,12 @@ class AsyncAmberClient:
     async def timegate(self, uri_r: str, at: datetime | None = None) -> TimeGateResult:
         return await self._run(self._calls.timegate(uri_r, at))
 
+    async def timemap(self, uri_r: str) -> dict[str, Any]:
+        return await self._run(self._calls.timemap(uri_r))
+
+    async def citation_drift(self, citation_id: str) -> dict[str, Any]:
+        return await self._run(self._calls.citation_drift(citation_id))
+
     async def aclose(self) -> None:
         if self._owns_http:
             await self._http.aclose()

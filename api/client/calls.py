@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from typing import Any, TypeVar
+from urllib.parse import quote as url_quote
 
 import httpx
 
@@ -25,9 +26,11 @@ from api.client.models import (
 )
 from api.client.transport import Call
 from api.client.wire import (
+    CITATIONS_PATH,
     MEMENTO_PREFIX,
     MEMENTOS_PATH,
     TIMEGATE_PREFIX,
+    TIMEMAP_JSON_PREFIX,
     capture_headers,
     content_fields,
     content_hash,
@@ -181,6 +184,18 @@ class Calls:
             frozenset({302}),
             headers=headers,
         )
+
+    def timemap(self, uri_r: str) -> Call[dict[str, Any]]:
+        # The URI-R goes raw at the end of the path, as for the TimeGate.
+        return Call("GET", self.url(TIMEMAP_JSON_PREFIX + uri_r), _parse_json(_json_object))
+
+    def citation_drift(self, citation_id: str) -> Call[dict[str, Any]]:
+        path = CITATIONS_PATH + url_quote(citation_id, safe="") + "/drift"
+        return Call("GET", self.url(path), _parse_json(_json_object))
+
+
+def _json_object(data: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(data)
 
 
 def _parse_json(build: Callable[[Mapping[str, Any]], T]) -> Callable[[httpx.Response], T]:

@@ -178,6 +178,14 @@ class AmberClient:
         """The memento of ``uri_r`` nearest to ``at`` (default: the latest)."""
         return self._run(self._calls.timegate(uri_r, at))
 
+    def timemap(self, uri_r: str) -> dict[str, Any]:
+        """The JSON TimeMap of ``uri_r``: every memento Amber holds for it (first page)."""
+        return self._run(self._calls.timemap(uri_r))
+
+    def citation_drift(self, citation_id: str) -> dict[str, Any]:
+        """A citation's drift checks and latest verdict, as the server answers them."""
+        return self._run(self._calls.citation_drift(citation_id))
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:

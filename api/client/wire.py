@@ -23,6 +23,8 @@ MEMENTOS_PATH = "/api/v1/mementos"
 TRANSCRIPTS_PATH = "/api/v1/transcripts/"
 MEMENTO_PREFIX = "/memento/"
 TIMEGATE_PREFIX = "/timegate/"
+TIMEMAP_JSON_PREFIX = "/timemap/json/"
+CITATIONS_PATH = "/api/v1/citations/"
 
 DEFAULT_EVIDENCE_TOOLS = ("http.get", "kb.read")  # the server's default citations.evidence_sources
 SEARCH_TOOL_PREFIX = "search."

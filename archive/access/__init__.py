@@ -4,11 +4,13 @@
   roles and tenants, checked on every request.
 - :mod:`~archive.access.ratelimit`: a token bucket per key.
 - :mod:`~archive.access.audit`: who resolved which memento, when (auditors and admins).
+- :mod:`~archive.access.sessions`: browser sessions, a key signed in once behind a cookie.
 """
 
 from archive.access.audit import ReadAudit, ReadRecord
 from archive.access.keys import IssuedKey, KeyInfo, KeyRing, Principal, Role
 from archive.access.ratelimit import RateLimiter
+from archive.access.sessions import Session, SessionBook
 
 __all__ = [
     "IssuedKey",
@@ -19,4 +21,6 @@ __all__ = [
     "ReadAudit",
     "ReadRecord",
     "Role",
+    "Session",
+    "SessionBook",
 ]

@@ -5,9 +5,9 @@ names the key in listings and audit logs — and the secret is 32 random bytes. 
 stores only HMAC-SHA256(server secret, whole key), so a leaked table is useless without
 the server secret, which lives outside the database (``AMBER_KEY_SECRET``, or a 0600 file
 in the data directory for the embedded default). Checking a key is one indexed lookup and
-one HMAC, compared in constant time; on SQLite, verified keys are then remembered (by digest)
-until the next revocation, which takes effect on the next request in every process
-(:mod:`archive.index.signals`).
+one HMAC, compared in constant time; verified keys are then remembered (by digest) until the
+next revocation, which takes effect on the next request in every process (SQLite:
+:mod:`archive.index.signals`) or replica (PostgreSQL: :mod:`archive.index.generations`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sqlalchemy import bindparam, insert, select, update
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, InvalidInput, NotFound, Unauthenticated
 from archive.index import Index
+from archive.index.generations import REVOCATIONS
 from archive.index.schema import api_keys
 from archive.index.signals import ReadCache
 
@@ -115,8 +116,9 @@ class KeyRing:
         self.index = index
         self._secret = server_secret
         # Verified keys, by fingerprint, until the next revocation (archive/signals.py).
+        # On PostgreSQL, until the revocations generation read by the request moves.
         self._verified: ReadCache[bytes, Principal] = ReadCache(
-            index.sqlite_path, "revocations", budget=_VERIFIED_CACHE_SIZE
+            index.sqlite_path, REVOCATIONS, budget=_VERIFIED_CACHE_SIZE, shared=index.generations
         )
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
@@ -164,6 +166,7 @@ class KeyRing:
             where.append(api_keys.c.tenant == tenant)
         # Refuses where the servers could not hear of it: they would go on trusting the key.
         with self._verified.changing(), self.index.write() as connection:
+            self.index.announce(connection, REVOCATIONS)  # PostgreSQL: every replica
             connection.execute(
                 update(api_keys)
                 .where(*where, api_keys.c.revoked_at.is_(None))

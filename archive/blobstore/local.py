@@ -18,7 +18,6 @@ the directory can delete evidence. Use S3 with Object Lock where that matters.
 from __future__ import annotations
 
 import ctypes
-import functools
 import itertools
 import logging
 import os
@@ -148,27 +147,18 @@ class LocalBlobStore(NoStorageLock):
         offload: Callable[[Callable[[], Any]], Awaitable[Any]],
         then: Callable[[], _T],
     ) -> _T:
-        """:meth:`publish` from an event loop: ``offload`` runs the two syncs in a thread
-        and the loop goes on meanwhile; the renames (microseconds each) run on the loop.
-        ``then`` runs in the same thread right after the names are durable, and its result
-        is returned: each hand-over to a thread and back costs ~90 us of CPU, so the caller's
-        next step on the disk (opening the index write) shares the second one."""
-        pending = self._publishable(staged)
-        try:
-            await offload(functools.partial(self._sync_bytes, pending))
-            _name(pending)
-        except OSError as exc:
-            self.discard(staged)
-            raise StorageError("could not write blobs to the local store") from exc
+        """:meth:`publish` from an event loop: ``offload`` runs it in a thread, the loop goes
+        on meanwhile. ``then`` runs in the same thread right after the names are durable, and
+        its result is returned: each hand-over to a thread and back costs ~90 us of CPU, so
+        the syncs, the renames and the caller's next disk step (opening the index write)
+        share one. The renames run there too: on ext4 each is a journalled change of a
+        directory, and on the loop it held every request meanwhile."""
 
-        def sync_names_then() -> _T:
-            try:
-                self._sync_names(pending)
-            except OSError as exc:  # every blob is named by now: no temp file to discard
-                raise StorageError("could not write blobs to the local store") from exc
+        def publish_then() -> _T:
+            self.publish(staged)
             return then()
 
-        return cast(_T, await offload(sync_names_then))
+        return cast(_T, await offload(publish_then))
 
     def _publishable(self, staged: Sequence[StagedBlob]) -> list[_Staged]:
         pending = [one.pending for one in staged if isinstance(one.pending, _Staged)]
@@ -375,9 +365,8 @@ _temp_numbers = itertools.count()
 def _write_temp(directory: str, digest: str, data: bytes) -> str:
     """A temp file in ``directory`` holding ``data`` (not yet synced); returns its name."""
     while True:  # the name format is read back by _writer_alive
-        name = os.path.join(
-            directory, f"{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}"
-        )
+        # Joined by hand, as in _location: a digest and numbers are never separators.
+        name = f"{directory}{os.sep}{_TEMP_PREFIX}{digest[:16]}.{os.getpid()}.{next(_temp_numbers)}"
         try:
             descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             break

@@ -50,6 +50,7 @@ from botocore.exceptions import (
 )
 
 from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob
+from archive.blobstore.inflight import InFlight
 from archive.blobstore.objectlock import S3ObjectLock, lock_state
 from archive.blobstore.s3_client import (
     NOT_FOUND_CODES,
@@ -128,6 +129,8 @@ class S3BlobStore(S3ObjectLock):
         self._lock_mode = lock_mode
         # Object Lock buckets are always versioned; otherwise asked once (GetBucketVersioning).
         self._versioned: bool | None = True if lock_mode else None
+        # Puts in progress by address, with their lock date (see put).
+        self._putting: InFlight[str, StoredBlob] = InFlight()
 
     @classmethod
     def from_settings(
@@ -167,8 +170,17 @@ class S3BlobStore(S3ObjectLock):
         key = self.key_for(address)
         checksum = _sha256_base64(data)
         lock = self._initial_lock(retain_until)
-        return self._retry(
-            "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
+
+        def put_retrying() -> StoredBlob:
+            return self._retry(
+                "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
+            )
+
+        # Identical bytes put concurrently by this process go up once: S3 servers answer
+        # concurrent conditional creates of one key with 409 ConditionalRequestConflict
+        # (SeaweedFS does), and each loser then waited out a backoff (~1 s in all).
+        return self._putting.run(
+            address, lock, put_retrying, lambda stored: replace(stored, created=False)
         )
 
     def stage_many(

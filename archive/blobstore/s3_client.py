@@ -22,7 +22,10 @@ from botocore.exceptions import (
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
-DEFAULT_MAX_POOL_CONNECTIONS = 32  # the API serves requests from a thread pool
+# At least as many as threads that may call S3 at once: the API's worker threads (anyio's
+# default limit, 40) and one stage_many's uploads (8). A smaller pool makes the extra
+# threads open and close a connection per request (urllib3 discards what it cannot keep).
+DEFAULT_MAX_POOL_CONNECTIONS = 64
 
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "NotFound", "404"})
 PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})

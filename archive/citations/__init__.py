@@ -7,12 +7,13 @@
 - :mod:`~archive.citations.extract`: the named, versioned extractors (visible text of HTML,
   PDF and plain text); :mod:`~archive.citations.html_extractor` and
   :mod:`~archive.citations.charsets` hold the HTML walk and character decoding.
-- :mod:`~archive.citations.normalise`: the frozen quote normalisation ``amber-norm-1``;
-  :mod:`~archive.citations.locate` finds a quote under it.
+- :mod:`~archive.citations.normalise`: the frozen quote normalisations ``amber-norm-1`` and
+  ``amber-norm-2`` (new citations); :mod:`~archive.citations.locate` finds a quote under one.
 - :mod:`~archive.citations.transcripts`: :class:`TranscriptBook`, the records that cite and
   how long they stay auditable.
 
-Specifications: ``docs/specs/amber-norm-1.md`` and ``docs/specs/extractors.md``.
+Specifications: ``docs/specs/amber-norm-1.md``, ``docs/specs/amber-norm-2.md`` and
+``docs/specs/extractors.md``.
 """
 
 from archive.citations.charsets import decode_html

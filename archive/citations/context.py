@@ -29,8 +29,10 @@ import unicodedata
 from archive.citations.normalise import (
     _DELETED,
     _WHITESPACE,
+    NORMALISATION_VERSION,
     Mode,
     PreparedText,
+    Version,
     _apply_rules,
     _Map,
     _Variant,
@@ -47,7 +49,9 @@ _DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
 _HYPHEN_AND_RUN = re.compile(f"[-\u00ad{_DASHES}][ {_WHITESPACE}{_DELETED}]+")
 
 
-def window_context(text: str, at: int, wanted: int, mode: Mode) -> str:
+def window_context(
+    text: str, at: int, wanted: int, mode: Mode, version: Version = NORMALISATION_VERSION
+) -> str:
     """At least ``abs(wanted)`` normalised characters of ``text`` before ``at`` (negative)
     or after it (or all there are). Normalisation shrinks whitespace runs, soft hyphens and
     zero-width characters, so a fixed raw window could hold too few characters to compare."""
@@ -55,10 +59,10 @@ def window_context(text: str, at: int, wanted: int, mode: Mode) -> str:
     while True:
         if wanted < 0:
             lo = max(0, at - window)
-            context, complete = normalise_as(text[lo:at], mode), lo == 0
+            context, complete = normalise_as(text[lo:at], mode, version), lo == 0
         else:
             hi = min(len(text), at + window)
-            context, complete = normalise_as(text[at:hi], mode), hi == len(text)
+            context, complete = normalise_as(text[at:hi], mode, version), hi == len(text)
         if complete or len(context) > abs(wanted):  # one more: a cut run of spaces may shrink
             return context
         window *= 4
@@ -91,10 +95,13 @@ def _forward(offsets: _Map, position: int) -> int | None:
 class ContextReader:
     """:func:`window_context` of one prepared text in one mode, from its normalised form."""
 
-    def __init__(self, prepared: PreparedText, mode: Mode) -> None:
+    def __init__(
+        self, prepared: PreparedText, mode: Mode, version: Version = NORMALISATION_VERSION
+    ) -> None:
         self.text = prepared.text
         self.mode = mode
-        self.variant: _Variant = prepared.variant(mode)
+        self.version: Version = version
+        self.variant: _Variant = prepared.variant(mode, version)
         self.cuts = _clean_cuts(self.text, mode)
 
     def _normalised_at(self, cut: int) -> int | None:
@@ -118,7 +125,9 @@ class ContextReader:
     def _alone(self, lo: int, hi: int) -> str:
         if lo == hi:  # the usual case: the occurrence is next to a clean cut
             return ""
-        return _apply_rules(unicodedata.normalize("NFC", self.text[lo:hi]), self.mode, None)
+        return _apply_rules(
+            unicodedata.normalize("NFC", self.text[lo:hi]), self.mode, None, self.version
+        )
 
     def before(self, at: int, wanted: int) -> str:
         """The last ``wanted`` code points (or all there are) of
@@ -134,7 +143,7 @@ class ContextReader:
                     return tail.lstrip(" ")[-wanted:]
                 if len(tail.lstrip(" ")) >= wanted:
                     return tail[len(tail) - wanted :]
-        return window_context(self.text, at, -wanted, self.mode)[-wanted:]
+        return window_context(self.text, at, -wanted, self.mode, self.version)[-wanted:]
 
     def after(self, at: int, wanted: int) -> str:
         """The first ``wanted`` code points (or all there are) of
@@ -150,4 +159,4 @@ class ContextReader:
                     return head.rstrip(" ")[:wanted]
                 if len(head.rstrip(" ")) >= wanted:
                     return head[:wanted]
-        return window_context(self.text, at, wanted, self.mode)[:wanted]
+        return window_context(self.text, at, wanted, self.mode, self.version)[:wanted]

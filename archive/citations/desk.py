@@ -359,6 +359,9 @@ class CitationDesk:
     def for_transcript(self, tenant: str, transcript_id: str) -> list[Citation]:
         return self.ledger.for_transcript(tenant, transcript_id)
 
+    def for_passage(self, tenant: str, memento_id: str) -> list[Citation]:
+        return self.ledger.for_passage(tenant, memento_id)
+
     def _log(
         self,
         tenant: str,

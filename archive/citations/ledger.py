@@ -368,6 +368,25 @@ class CitationLedger:
             )
             return self.load(connection, tenant, list(rows))
 
+    def for_passage(self, tenant: str, memento_id: str, *, limit: int = 20) -> list[Citation]:
+        """Citations proved by this passage memento (one, unless identical quotes and
+        context were cited again), oldest first."""
+        with self.index.read() as connection:
+            rows = (
+                connection.execute(
+                    select(citations.c.id)
+                    .where(
+                        citations.c.tenant == tenant,
+                        citations.c.passage_memento_id == memento_id,
+                    )
+                    .order_by(citations.c.created_at, citations.c.id)
+                    .limit(limit)
+                )
+                .scalars()
+                .all()
+            )
+            return self.load(connection, tenant, list(rows))
+
     def load(self, connection: Connection, tenant: str, ids: list[str]) -> list[Citation]:
         if not ids:
             return []

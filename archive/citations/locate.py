@@ -1,13 +1,14 @@
-"""Finding a quote in a document's extracted text: exact, or under ``amber-norm-1``.
+"""Finding a quote in a document's extracted text: exact, or under a normalisation.
 
 A citation's quote must really be in the captured document. :func:`locate` looks for it in
 the text an extractor produced (:mod:`archive.citations.extract`): first as an exact
-substring, then under the normalisation (:mod:`archive.citations.normalise`). There is no
+substring, then under the normalisation (:mod:`archive.citations.normalise`; the current
+``amber-norm-2`` unless the caller names the version a stored citation was matched under). There is no
 fuzzy acceptance: after normalisation the quote must be a substring, character for
 character. Offsets are always those of the *original* extracted text (W3C
 ``TextPositionSelector``: code points before normalisation), and ``text[start:end]`` is the
 source's own spelling of the whole matched span; a match never begins or ends inside a
-character a rule replaced or NFC merged (``docs/specs/amber-norm-1.md``).
+character a rule replaced or NFC merged (``docs/specs/amber-norm-1.md``, ``amber-norm-2.md``).
 
 When the quote occurs more than once (overlapping occurrences count), ``prefix`` and
 ``suffix`` (compared after normalisation, by how many characters agree next to the quote)
@@ -26,6 +27,7 @@ from archive.citations.normalise import (
     NORMALISATION_VERSION,
     Mode,
     PreparedText,
+    Version,
     check_quote,
     normalise_as,
     prepare,
@@ -95,12 +97,13 @@ def _choose(
     prefix: str | None,
     suffix: str | None,
     position: int | None,
+    version: Version,
 ) -> tuple[int, int]:
     if len(spans) == 1 or (not prefix and not suffix and position is None):
         return spans[0]
-    want_before = normalise_as(prefix, mode)[-_CONTEXT_COMPARED:] if prefix else ""
-    want_after = normalise_as(suffix, mode)[:_CONTEXT_COMPARED] if suffix else ""
-    reader = ContextReader(prepared, mode) if want_before or want_after else None
+    want_before = normalise_as(prefix, mode, version)[-_CONTEXT_COMPARED:] if prefix else ""
+    want_after = normalise_as(suffix, mode, version)[:_CONTEXT_COMPARED] if suffix else ""
+    reader = ContextReader(prepared, mode, version) if want_before or want_after else None
     best: tuple[int, int] | None = None
     best_key: tuple[int, int] = (0, 0)
     for start, end in spans:
@@ -128,14 +131,15 @@ def locate(
     position: int | None = None,
     pdf: bool = False,
     context: int = DEFAULT_CONTEXT,
+    normalisation: Version = NORMALISATION_VERSION,
 ) -> QuoteMatch:
     """Find ``exact`` in ``text`` (extracted text, or :func:`prepare`'d — then its own
     ``pdf`` flag applies). Exact occurrences first; if there are none, occurrences under the
-    normalisation. Raises :class:`EmptyQuote` or :class:`QuoteNotFound` (both
-    :class:`~archive.exceptions.InvalidInput`)."""
+    normalisation ``normalisation``. Raises :class:`EmptyQuote` or :class:`QuoteNotFound`
+    (both :class:`~archive.exceptions.InvalidInput`)."""
     check_quote(exact)
     if not normalise_as(
-        exact, "plain"
+        exact, "plain", normalisation
     ):  # e.g. only soft hyphens: nothing :func:`quote_hash` could hash
         raise EmptyQuote("the quote is empty")
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
@@ -156,10 +160,10 @@ def locate(
     if not spans:
         method = "normalised"
         for mode in prepared.modes:
-            wanted = normalise_as(exact, mode)
+            wanted = normalise_as(exact, mode, normalisation)
             if not wanted:
                 raise EmptyQuote("the quote is empty")
-            variant = prepared.variant(mode)
+            variant = prepared.variant(mode, normalisation)
             found = _occurrences(variant.normalised, wanted)
             spans = [
                 span
@@ -170,9 +174,9 @@ def locate(
                 break
         else:
             raise QuoteNotFound(
-                f"the quote is not in the document's text, exactly or under {NORMALISATION_VERSION}"
+                f"the quote is not in the document's text, exactly or under {normalisation}"
             )
-    start, end = _choose(prepared, spans, mode, prefix, suffix, position)
+    start, end = _choose(prepared, spans, mode, prefix, suffix, position, normalisation)
     context = max(0, context)
     return QuoteMatch(
         start=start,

@@ -1,13 +1,19 @@
-"""Quote normalisation ``amber-norm-1``: the frozen equivalence a quote is matched under.
+"""Quote normalisations ``amber-norm-1`` and ``amber-norm-2``: the frozen equivalences a
+quote is matched under.
 
 Applied identically to a quote and to a document's extracted text: Unicode NFC; invisible
 break opportunities deleted; whitespace runs made one space; typographic quotes, dashes and
 the ellipsis spelled in ASCII; for PDFs also ligatures spelled out and line-break
-hyphenation undone. Nothing else is equivalent (case, other punctuation, spelling, omitted
+hyphenation undone. ``amber-norm-2`` adds, for text in other scripts: guillemets and CJK
+quotation marks spelled in ASCII, a whitespace run between two CJK characters deleted (a
+browser drops such a segment break) and the width folding of full-width punctuation, digits
+and Latin letters. Nothing else is equivalent (case, other punctuation, spelling, omitted
 words). The full rules, in order, and how offsets map back to the code points of the
-extracted text are specified in ``docs/specs/amber-norm-1.md``. Any change to what these
-rules produce for some input must change :data:`NORMALISATION_VERSION`: it is recorded with
-each citation and :func:`quote_hash` depends on it.
+extracted text are specified in ``docs/specs/amber-norm-1.md`` and
+``docs/specs/amber-norm-2.md``. Any change to what these rules produce for some input must
+change the version: it is recorded with each citation and :func:`quote_hash` depends on it.
+New citations use :data:`NORMALISATION_VERSION`; a stored one keeps the version it was
+matched under (every function takes ``version``).
 
 :class:`PreparedText` holds a document's text with its normalised forms and the offset
 maps back to it, built once; :mod:`archive.citations.locate` searches them. Rule numbers in
@@ -26,7 +32,9 @@ from typing import Literal
 from archive.exceptions import EmptyQuote, InvalidInput
 from archive.hashing import content_address
 
-NORMALISATION_VERSION = "amber-norm-1"
+Version = Literal["amber-norm-1", "amber-norm-2"]
+NORMALISATION_VERSION: Version = "amber-norm-2"
+NORMALISATION_VERSIONS: tuple[Version, ...] = ("amber-norm-1", "amber-norm-2")
 
 
 # -- the rules ----------------------------------------------------------------------------
@@ -44,6 +52,55 @@ _ONE_FOR_ONE: tuple[tuple[str, str], ...] = (
     *((c, '"') for c in "\u201c\u201d\u201e\u201f\u2033"),
     *((c, "-") for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"),
 )
+# amber-norm-2, rule 4 extended: guillemets and CJK quotation marks (one for one).
+_QUOTES_2: tuple[tuple[str, str], ...] = (
+    *((c, '"') for c in "\u00ab\u00bb\u300c\u300d\u301d\u301e\u301f"),
+    *((c, "'") for c in "\u2039\u203a\u300e\u300f"),
+)
+_QUOTES_2_CLASS = "[" + "".join(c for c, _ in _QUOTES_2) + "]"
+# amber-norm-2, rule 10 (width folding, on the output of rules 2–8, one for one): the NFKC
+# mapping of full-width ASCII (U+FF01–FF5E: punctuation, digits, Latin letters), of the
+# half-width CJK punctuation and of the full-width signs; not the rest of NFKC (half-width
+# katakana, compatibility ideographs, superscripts… stay as they are).
+_WIDTH: dict[str, str] = {
+    **{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)},
+    "\uff61": "\u3002",  # ｡ → 。
+    "\uff62": '"',  # ｢ → 「, itself a quotation mark
+    "\uff63": '"',  # ｣ → 」
+    "\uff64": "\u3001",  # ､ → 、
+    "\uff65": "\u30fb",  # ･ → ・
+    "\uffe0": "\u00a2",
+    "\uffe1": "\u00a3",
+    "\uffe2": "\u00ac",
+    "\uffe4": "\u00a6",
+    "\uffe5": "\u00a5",
+    "\uffe6": "\u20a9",
+}
+_WIDTH["\uff02"] = '"'
+_WIDTH["\uff07"] = "'"
+_WIDTH_TABLE = str.maketrans(_WIDTH)
+_WIDE = re.compile("[\uff01-\uffe6]")
+# amber-norm-2, rule 9: characters of East Asian Width W or F that CSS Text 3 drops a
+# segment break between (CJK ideographs, kana, bopomofo, CJK and full-width punctuation;
+# not Hangul, whose words are spaced). Read before width folding, on the NFC text.
+_CJK = (
+    "\u2e80-\u2fff\u3001-\u303f\u3040-\u30ff\u3100-\u312f\u3190-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff01-\uff60\uff61-\uff65"
+    "\U00020000-\U0003134f"
+)
+_HAS_CJK = re.compile(f"[{_CJK}]")
+_BELOW_U2E00 = bytes(range(0x2E))  # high bytes of UTF-16 code units below U+2E00
+
+
+def _beyond_u2dff(text: str) -> bool:
+    """Whether ``text`` has a character at or above U+2E00 (every CJK and width rule needs
+    one). Regex classes scan a 100 KiB page in ~1.2 ms; this takes a fifth of that."""
+    if text.isascii():
+        return False
+    high = text.encode("utf-16-le", "surrogatepass")[1::2]
+    return bool(high.translate(None, _BELOW_U2E00))
+
+
 # Rules 2, 3 (runs), 6, 7, 8: length-changing, on the output of the above.
 _DELETED = "\u00ad\u200b\u2060\ufeff"
 _EXPANDED = {"\u2026": "..."}
@@ -66,22 +123,57 @@ def _char_class(chars: dict[str, str]) -> str:
     return "[" + "".join(re.escape(c) for c in chars) + "]"
 
 
+# Rule 9 (amber-norm-2): a run of spaces and deleted characters between two CJK characters.
+_CJK_BREAK = rf"(?P<cjk>(?<=[{_CJK}]){_SPACE_OR_DELETED}+(?=[{_CJK}]))"
+_CJK_BREAKS = re.compile(_CJK_BREAK)
 _PLAIN_RULES = re.compile(f"{_RUN}|(?P<map>{_char_class(_EXPANDED)})")
 _PDF_RULES = re.compile(f"{_HYPHEN_BREAK}|{_RUN}|(?P<map>{_char_class(_PDF_EXPANDED)})")
+_PLAIN_RULES_2 = re.compile(f"{_CJK_BREAK}|{_RUN}|(?P<map>{_char_class(_EXPANDED)})")
+_PDF_RULES_2 = re.compile(
+    f"{_CJK_BREAK}|{_HYPHEN_BREAK}|{_RUN}|(?P<map>{_char_class(_PDF_EXPANDED)})"
+)
 
 Mode = Literal["plain", "pdf", "pdf-keep-hyphens"]
 
 
-def _one_for_one(text: str) -> str:
+def _rules(mode: Mode, version: Version) -> re.Pattern[str]:
+    if version == "amber-norm-1":
+        return _PLAIN_RULES if mode == "plain" else _PDF_RULES
+    return _PLAIN_RULES_2 if mode == "plain" else _PDF_RULES_2
+
+
+def check_version(version: object) -> Version:
+    """``version`` if it names a normalisation; else :class:`InvalidInput`."""
+    if version == "amber-norm-1":
+        return "amber-norm-1"
+    if version == "amber-norm-2":
+        return "amber-norm-2"
+    raise InvalidInput(f"unknown normalisation {version!r}")
+
+
+def _one_for_one(text: str, version: Version = "amber-norm-1") -> str:
     for char, replacement in _ONE_FOR_ONE:
         if char in text:
             text = text.replace(char, replacement)
+    if version != "amber-norm-1" and not text.isascii():
+        for char, replacement in _QUOTES_2:
+            if char in text:
+                text = text.replace(char, replacement)
     return text
+
+
+def _fold_width(text: str, version: Version) -> str:
+    """Rule 10 of ``amber-norm-2`` (one for one, so offset maps stay as they are)."""
+    if version == "amber-norm-1" or not _beyond_u2dff(text) or _WIDE.search(text) is None:
+        return text
+    return text.translate(_WIDTH_TABLE)
 
 
 def _replacement(mode: Mode, source: str, match: re.Match[str]) -> str:
     kind = match.lastgroup
     value = match.group()
+    if kind == "cjk":
+        return ""
     if kind == "ws":
         return " " if " " in value else ""
     if kind == "map":
@@ -164,20 +256,28 @@ def _positions(text: str, needles: tuple[str, ...]) -> list[int]:
     return found
 
 
-def _apply_rules(source: str, mode: Mode, offsets: _Map | None) -> str:
-    """Rules 2–8 on NFC text; records the offset map in ``offsets`` when given.
+def _apply_rules(
+    source: str, mode: Mode, offsets: _Map | None, version: Version = "amber-norm-1"
+) -> str:
+    """Rules 2–8 (and 9–10 of ``amber-norm-2``) on NFC text; records the offset map in
+    ``offsets`` when given.
 
     Equivalent to replacing each match of ``finditer`` left to right; matches are only
     tried where a needle is, starting from the beginning of the run the needle sits in.
     """
-    source = _one_for_one(source)
+    source = _one_for_one(source, version)
     plain = mode == "plain"
-    rules = _PLAIN_RULES if plain else _PDF_RULES
+    rules = _rules(mode, version)
     parts: list[str] = []
     at = 0  # in source: everything before is done
     tried = 0  # every position in [at, tried) a match could start at has been tried, in vain
     length = 0  # of the output so far
-    for needle_at in _positions(source, _NEEDLES if plain else _PDF_NEEDLES):
+    needles = _positions(source, _NEEDLES if plain else _PDF_NEEDLES)
+    wide = version != "amber-norm-1" and _beyond_u2dff(source)
+    if wide and _HAS_CJK.search(source):
+        # A lone space is no needle: only between two CJK characters does it go.
+        needles = sorted({*needles, *(m.start() for m in _CJK_BREAKS.finditer(source))})
+    for needle_at in needles:
         if needle_at < at:
             continue
         # A needle's run reaching back to ``tried`` reaches back as far as the previous
@@ -211,14 +311,15 @@ def _apply_rules(source: str, mode: Mode, offsets: _Map | None) -> str:
         if offsets is not None:
             offsets.add(length, at, len(source), True, len(source) - at)
         parts.append(source[at:])
-    return "".join(parts)
+    result = "".join(parts)
+    return _fold_width(result, version) if wide else result
 
 
-def _apply_rules_reference(source: str, mode: Mode) -> str:
+def _apply_rules_reference(source: str, mode: Mode, version: Version = "amber-norm-1") -> str:
     """The rules by a plain scan (slow): what :func:`_apply_rules` must equal (tests)."""
-    source = _one_for_one(source)
-    rules = _PLAIN_RULES if mode == "plain" else _PDF_RULES
-    return rules.sub(lambda match: _replacement(mode, source, match), source)
+    source = _one_for_one(source, version)
+    rules = _rules(mode, version)
+    return _fold_width(rules.sub(lambda match: _replacement(mode, source, match), source), version)
 
 
 _NON_ASCII_RUN = re.compile(r"[\x00-\x7f]?[^\x00-\x7f]+")
@@ -284,15 +385,15 @@ def _nfc_with_map(text: str) -> tuple[str, _Map | None]:
     return result, offsets
 
 
-def normalise_as(text: str, mode: Mode) -> str:
-    """``text`` under :data:`NORMALISATION_VERSION` in ``mode`` (``pdf-keep-hyphens``: the
-    PDF rules with every line-break hyphen kept), stripped of outer spaces."""
-    return _apply_rules(unicodedata.normalize("NFC", text), mode, None).strip(" ")
+def normalise_as(text: str, mode: Mode, version: Version = NORMALISATION_VERSION) -> str:
+    """``text`` under ``version`` in ``mode`` (``pdf-keep-hyphens``: the PDF rules with every
+    line-break hyphen kept), stripped of outer spaces."""
+    return _apply_rules(unicodedata.normalize("NFC", text), mode, None, version).strip(" ")
 
 
-def normalise(text: str, *, pdf: bool = False) -> str:
-    """``text`` under :data:`NORMALISATION_VERSION` (rules 1–6; 7–8 too when ``pdf``)."""
-    return normalise_as(text, "pdf" if pdf else "plain")
+def normalise(text: str, *, pdf: bool = False, version: Version = NORMALISATION_VERSION) -> str:
+    """``text`` under ``version`` (rules 1–6, 9–10; 7–8 too when ``pdf``)."""
+    return normalise_as(text, "pdf" if pdf else "plain", version)
 
 
 def check_quote(exact: object) -> str:
@@ -308,9 +409,10 @@ def check_quote(exact: object) -> str:
     return exact
 
 
-def quote_hash(exact: str) -> str:
-    """``blake3:<hex>`` of the UTF-8 of the normalised quote (rules 1–6, whatever the source)."""
-    normalised = normalise(check_quote(exact))
+def quote_hash(exact: str, version: Version = NORMALISATION_VERSION) -> str:
+    """``blake3:<hex>`` of the UTF-8 of the quote normalised under ``version`` (the plain
+    rules, whatever the source)."""
+    normalised = normalise(check_quote(exact), version=version)
     if not normalised:
         raise EmptyQuote("the quote is empty")
     return content_address(normalised.encode("utf-8"))
@@ -322,10 +424,10 @@ def quote_hash(exact: str) -> str:
 class _Variant:
     __slots__ = ("nfc_map", "normalised", "rules_map")
 
-    def __init__(self, text: str, mode: Mode) -> None:
+    def __init__(self, text: str, mode: Mode, version: Version = NORMALISATION_VERSION) -> None:
         nfc, self.nfc_map = _nfc_with_map(text)
         self.rules_map = _Map()
-        self.normalised = _apply_rules(nfc, mode, self.rules_map)
+        self.normalised = _apply_rules(nfc, mode, self.rules_map, version)
 
     def span(self, start: int, end: int) -> tuple[int, int] | None:
         """Original offsets of normalised ``[start, end)`` (a non-empty span), or ``None``
@@ -352,16 +454,16 @@ class PreparedText:
             raise TypeError("text must be str")
         self.text = text
         self.pdf = pdf
-        self._variants: dict[Mode, _Variant] = {}
+        self._variants: dict[tuple[Mode, Version], _Variant] = {}
 
     @property
     def modes(self) -> tuple[Mode, ...]:
         return ("pdf", "pdf-keep-hyphens") if self.pdf else ("plain",)
 
-    def variant(self, mode: Mode) -> _Variant:
-        found = self._variants.get(mode)
+    def variant(self, mode: Mode, version: Version = NORMALISATION_VERSION) -> _Variant:
+        found = self._variants.get((mode, version))
         if found is None:  # a race only builds it twice
-            found = self._variants[mode] = _Variant(self.text, mode)
+            found = self._variants[mode, version] = _Variant(self.text, mode, version)
         return found
 
     @property

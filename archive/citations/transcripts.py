@@ -186,6 +186,17 @@ class TranscriptBook:
             raise TranscriptNotFound("no transcript with this id")
         return _transcript_from(row)
 
+    def recent(self, tenant: str, limit: int = 20) -> list[Transcript]:
+        """The tenant's most recently updated transcripts, newest first."""
+        query = (
+            select(transcripts)
+            .where(transcripts.c.tenant == tenant)
+            .order_by(transcripts.c.updated_at.desc(), transcripts.c.id)
+            .limit(limit)
+        )
+        with self.index.read() as connection:
+            return [_transcript_from(row) for row in connection.execute(query)]
+
     def _get(self, connection: Connection, tenant: str, transcript_id: str) -> Transcript | None:
         row = connection.execute(
             select(transcripts).where(

@@ -51,6 +51,7 @@ from archive.drift.records import (
     with_flag,
 )
 from archive.drift.reviews import ReviewFlags
+from archive.drift.rules.edits import UNJUDGED
 from archive.exceptions import CitationNotFound, InvalidInput
 from archive.index import Index
 from archive.index.schema import citations, drift_checks, drift_state, mementos, transcripts
@@ -266,7 +267,10 @@ class DriftService:
         return stored
 
     def _needs_review(self, record: CheckRecord, due: DueCitation) -> bool:
-        if record.verdict not in self.policy.review_on:
+        # A passage in a language the rules cannot read was not judged: a person must look,
+        # whatever verdicts ``review_on`` names.
+        unjudged = any(reason.startswith(UNJUDGED) for reason in record.reasons)
+        if record.verdict not in self.policy.review_on and not unjudged:
             return False
         # The same finding as at the last check: a cleared review stays cleared.
         return not (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +44,14 @@ class OpenWrite:
     # What must happen once the transaction has ended (settling a change signal, see
     # Index.insert_mementos), whether it committed or not.
     after_end: ExitStack = field(default_factory=ExitStack)
+    # What the transaction must still do just before its commit (Index._before_commit).
+    before_commit: Callable[[Connection], None] | None = None
 
     def commit(self) -> None:
         with self.after_end:
             try:
+                if self.before_commit is not None:
+                    self.before_commit(self.connection)
                 self.transaction.commit()
             finally:
                 self.connection.close()

@@ -45,6 +45,7 @@ from archive.index.engines import (
     sqlite_engine,
     sqlite_path_of,
 )
+from archive.index.generations import DELETIONS, TIMEMAPS, SharedGenerations
 from archive.index.idempotency import IdempotencyKeys
 from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
@@ -52,9 +53,9 @@ from archive.index.navigation import Neighbours, TimeTravel
 from archive.index.prepared import Lookups
 from archive.index.recorded import RecordedSettings
 from archive.index.rows import (
-    RowView,
     StoredResponse,
     WriteOutcome,
+    as_inserted,
     memento_from,
     memento_row,
     stored_response_from,
@@ -70,6 +71,8 @@ DEFAULT_TENANT = "default"
 # Where a write transaction keeps what must happen once it has ended (connection.info).
 _AFTER_END = "amber.after_end"
 _ANNOUNCED = "amber.timemaps_announced"
+_BUMP_AT_COMMIT = "amber.timemaps_bump_at_commit"
+_EXCLUSIVE = "amber.exclusive"
 
 
 class Index:
@@ -103,6 +106,8 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
+        # PostgreSQL: what replicas remember is valid while these rows stand (generations.py).
+        self.generations = SharedGenerations(self._reader) if self.dialect == "postgresql" else None
         self.inserts = RowInserter(self._writer, self.dialect)
         self.recorded = RecordedSettings(self._writer, self._reader, self.dialect)
         self.idempotency = IdempotencyKeys(self.inserts, self.dialect, idempotency_ttl)
@@ -129,14 +134,14 @@ class Index:
         # Every deletion commits through this signal's changing(), so that what any process
         # remembers of live mementos (cache_until_deletion) is forgotten at once. A budget
         # of 0: it remembers nothing itself.
-        self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "deletions", budget=0)
+        self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, DELETIONS, budget=0)
         # Every erasure commits through this one too: each process then forgets the text it
         # derived from captured bytes (extractions, prepared text; see TextMemory).
         self._erasures: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "erasures", budget=0)
         # Every change to which mementos a URI-R has — a new memento, any deletion — commits
         # through this signal, so that what any process remembers of TimeMaps and TimeGates
         # (cache_until_timemaps_change) is forgotten at once.
-        self._timemaps: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "timemaps", budget=0)
+        self._timemaps: ReadCache[Any, Any] = ReadCache(self.sqlite_path, TIMEMAPS, budget=0)
         self.time_travel = TimeTravel(self.lookups)
         self.timelines = TimelineReader(self.lookups)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
@@ -188,13 +193,44 @@ class Index:
             lock_against_sweeps(connection, self.dialect, exclusive=exclusive)
             self._track_end(connection, after_end)
             if exclusive:
+                connection.info[_EXCLUSIVE] = True
+                self.announce(connection, DELETIONS)
                 self._announce_timemaps_change(connection)
             yield connection
+            self._before_commit(connection)
 
     def _track_end(self, connection: Connection, after_end: ExitStack) -> None:
         connection.info[_AFTER_END] = after_end
         after_end.callback(connection.info.pop, _AFTER_END, None)
         after_end.callback(connection.info.pop, _ANNOUNCED, None)
+        after_end.callback(connection.info.pop, _BUMP_AT_COMMIT, None)
+        after_end.callback(connection.info.pop, _EXCLUSIVE, None)
+
+    def announce(self, connection: Connection, kind: str) -> None:
+        """On PostgreSQL, make this write transaction a change of ``kind`` (DELETIONS,
+        REVOCATIONS, TIMEMAPS) for every replica, from its commit on (generations.py); on
+        SQLite the change's signal says so instead (ReadCache.changing)."""
+        if self.generations is not None:
+            self.generations.bump(connection, kind)
+
+    def _before_commit(self, connection: Connection) -> None:
+        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL) as
+        late as it can: the row stays locked, and concurrent writers wait, only until the
+        commit, not through the whole transaction."""
+        if connection.info.pop(_BUMP_AT_COMMIT, False):
+            self.announce(connection, TIMEMAPS)
+
+    async def observe_changes(self) -> None:
+        """Read, for the current request, what changed in any replica (PostgreSQL: one
+        shared statement; nothing to do on SQLite, whose signals are memory reads). A
+        request that skips this is never answered from memory on PostgreSQL."""
+        if self.generations is not None:
+            await self.generations.observe()
+
+    def observe_changes_now(self) -> None:
+        """:meth:`observe_changes` in a worker thread (its own read, not shared)."""
+        if self.generations is not None:
+            self.generations.observe_now()
 
     def _announce_timemaps_change(self, connection: Connection) -> None:
         """Make this write transaction, from now until it has ended, a change of TimeMaps
@@ -210,6 +246,11 @@ class Index:
             raise ConfigurationError("mementos are inserted only inside Index.write or open_write")
         after_end.enter_context(self._timemaps.changing())
         connection.info[_ANNOUNCED] = True
+        if self.generations is not None:
+            if connection.info.get(_EXCLUSIVE):
+                self.announce(connection, TIMEMAPS)
+            else:
+                connection.info[_BUMP_AT_COMMIT] = True
 
     def open_write(self) -> OpenWrite:
         """A (non-exclusive) :meth:`write` transaction as an object: begun by this call (which
@@ -223,7 +264,7 @@ class Index:
         except BaseException:
             connection.close()
             raise
-        write = OpenWrite(connection, transaction)
+        write = OpenWrite(connection, transaction, before_commit=self._before_commit)
         self._track_end(connection, write.after_end)
         return write
 
@@ -299,7 +340,8 @@ class Index:
         # the writer's put saw before it: a sweep may have deleted that version since and
         # another writer re-stored the bytes as a new one.
         versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
-        rows = {m.id: self._memento_row(with_version(m, versions)) for m in batch}
+        versioned = {m.id: with_version(m, versions) for m in batch}
+        rows = {i: self._memento_row(m) for i, m in versioned.items()}
         inserted = self.insert_ignoring(
             connection,
             mementos,
@@ -308,7 +350,9 @@ class Index:
             returning=mementos.c.id,
         )
         # What we inserted is known; only rows that were there before are read back.
-        stored = {i: memento_from(RowView(row)) for i, row in rows.items() if i in inserted}
+        stored = {
+            i: as_inserted(m, rows[i]["expires_at"]) for i, m in versioned.items() if i in inserted
+        }
         if self.log is not None:
             self.log.log_mementos(connection, list(stored.values()), contents or {})
         earlier = [i for i in rows if i not in inserted]
@@ -436,17 +480,21 @@ class Index:
 
     def cache_until_deletion(self, weigh: Callable[[Any], int], budget: int) -> ReadCache[Any, Any]:
         """A cache of what is derived from live mementos, at most ``budget`` heavy (by
-        ``weigh``), emptied by the next deletion committed in any process (nothing is
-        remembered on PostgreSQL)."""
-        return ReadCache(self.sqlite_path, "deletions", budget=budget, weigh=weigh)
+        ``weigh``), emptied by the next deletion committed in any process (on PostgreSQL,
+        used only by requests that :meth:`observe_changes`)."""
+        return ReadCache(
+            self.sqlite_path, DELETIONS, budget=budget, weigh=weigh, shared=self.generations
+        )
 
     def cache_until_timemaps_change(
         self, weigh: Callable[[Any], int], budget: int
     ) -> ReadCache[Any, Any]:
         """A cache of what is derived from URI-Rs' sets of live mementos (TimeMaps, TimeGate
         choices), at most ``budget`` heavy, emptied by the next memento inserted or deleted
-        in any process (nothing is remembered on PostgreSQL)."""
-        return ReadCache(self.sqlite_path, "timemaps", budget=budget, weigh=weigh)
+        in any process (on PostgreSQL, used only by requests that :meth:`observe_changes`)."""
+        return ReadCache(
+            self.sqlite_path, TIMEMAPS, budget=budget, weigh=weigh, shared=self.generations
+        )
 
     def timeline(self, tenant: str, urir_key: str) -> Timeline | None:
         """The URI-R's live mementos in TimeMap order, or None when there are too many to

@@ -373,6 +373,40 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         9,
+        "browser sessions: a signed-in API key, by the hash of a random session id",
+        (
+            # Only the SHA-256 of the session id is stored: a leaked table signs nobody in.
+            # The key is joined on every use, so revoking it ends its sessions at once.
+            """CREATE TABLE sessions (
+                id_hash TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL REFERENCES tenants (id),
+                key_id TEXT NOT NULL REFERENCES api_keys (key_id),
+                role TEXT NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                idle_expires_at TIMESTAMP NOT NULL,
+                expires_at TIMESTAMP NOT NULL
+            )""",
+            "CREATE INDEX sessions_by_key ON sessions (key_id)",
+            # The pages list a tenant's most recently updated transcripts first.
+            "CREATE INDEX transcripts_by_update ON transcripts (tenant, updated_at)",
+        ),
+    ),
+    Migration(
+        10,
+        "change generations: what replicas on PostgreSQL remember, and until when",
+        (
+            # One row per kind of change (archive/index/generations.py); a change's own
+            # transaction moves its row, so every replica's next request sees it.
+            """CREATE TABLE change_generations (
+                kind TEXT PRIMARY KEY,
+                generation BIGINT NOT NULL
+            )""",
+            """INSERT INTO change_generations (kind, generation)
+            VALUES ('deletions', 0), ('revocations', 0), ('timemaps', 0)""",
+        ),
+    ),
+    Migration(
+        11,
         "evidence log: leaves sequenced with their rows, tree nodes, signed checkpoints",
         (
             # One row per leaf, its index dense from 0: sequenced in the transaction of the

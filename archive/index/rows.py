@@ -60,6 +60,35 @@ def memento_row(m: Memento) -> dict[str, Any]:
     }
 
 
+def as_inserted(m: Memento, expires_at: datetime) -> Memento:
+    """The memento as ``memento_from`` reads back the row just inserted for it (UTC
+    datetimes, the headers in their stored order, no deletion, no hold), without reading
+    the row: a write answers with it, and rebuilding it from the row dict cost more than
+    the insert's own Python."""
+    facts = m.facts
+    if facts.headers:
+        facts = replace(facts, headers=dict(sorted(facts.headers.items())))
+    # Built field by field: dataclasses.replace inspects the fields on every call.
+    return Memento(
+        id=m.id,
+        tenant=m.tenant,
+        uri_r=m.uri_r,
+        urir_key=m.urir_key,
+        captured_at=m.captured_at.astimezone(UTC),
+        archived_at=m.archived_at.astimezone(UTC),
+        content_hash=m.content_hash,
+        blob_version_id=m.blob_version_id,
+        media_type=m.media_type,
+        size=m.size,
+        scope=m.scope,
+        facts=facts,
+        expires_at=expires_at.astimezone(UTC),
+        deleted_at=None,
+        deletion_reason=None,
+        legal_hold=False,
+    )
+
+
 class RowView:
     """A row dict as written, read like a fetched row (attributes, UTC datetimes)."""
 

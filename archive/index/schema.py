@@ -330,12 +330,33 @@ log_checkpoints = Table(
     Column("tsa_at", UTCDateTime),
 )
 
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id_hash", Text, primary_key=True),
+    Column("tenant", Text, ForeignKey("tenants.id"), nullable=False),
+    Column("key_id", Text, ForeignKey("api_keys.key_id"), nullable=False),
+    Column("role", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("idle_expires_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
+change_generations = Table(
+    "change_generations",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("generation", BigInteger, nullable=False),
+)
+
 # The indexes the migrations create, declared here too so that the Core tables describe the
 # whole schema (tests/test_schema.py holds the two equal).
 for _name, _table, _columns in (
     ("mementos_by_original", mementos, ("tenant", "urir_key", "captured_at", "scope", "id")),
     ("mementos_by_blob", mementos, ("content_hash",)),
     ("api_keys_by_tenant", api_keys, ("tenant",)),
+    ("sessions_by_key", sessions, ("key_id",)),
+    ("transcripts_by_update", transcripts, ("tenant", "updated_at")),
     ("read_audit_by_time", read_audit, ("tenant", "at", "id")),
     ("citations_by_transcript", citations, ("tenant", "transcript_id", "created_at", "id")),
     ("citations_by_passage", citations, ("passage_memento_id",)),

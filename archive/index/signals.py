@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from archive.exceptions import ConfigurationError
+from archive.index.generations import SharedGenerations
 
 try:
     import fcntl
@@ -195,12 +196,33 @@ def _one(value: object) -> int:
     return 1
 
 
+class SharedSignal:
+    """The signal of one kind of change on PostgreSQL: the generation the current request
+    read from ``change_generations`` (:mod:`archive.index.generations`). The change's own
+    transaction moves it, so :meth:`changing` has nothing to do."""
+
+    def __init__(self, generations: SharedGenerations, kind: str) -> None:
+        self._generations = generations
+        self._kind = kind
+
+    def settled_generation(self) -> int | None:
+        return self._generations.seen(self._kind)
+
+    def changing(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def close(self) -> None:
+        return None
+
+
 class ReadCache(Generic[K, V]):
     """Values read from a SQLite index, remembered while the signal of the changes that could
-    alter them (``<database>.<kind>``) stays where it stood when they were read.
+    alter them (``<database>.<kind>``) stays where it stood when they were read. On
+    PostgreSQL (``shared``), while the generation of that kind the current request read
+    stays where it stood (:class:`SharedSignal`).
 
-    Without a signal — PostgreSQL, not POSIX, or a file this process cannot open — nothing
-    is remembered; and a process that cannot open an existing index's signal may not make
+    Without a signal — PostgreSQL without ``shared``, not POSIX, or a file this process
+    cannot open — nothing is remembered; and a process that cannot open an existing index's signal may not make
     the change (:meth:`changing` refuses), since the others would never hear of it. What is
     remembered weighs at most ``budget`` (``weigh`` of each value; 1 by default): past it,
     the values remembered first are forgotten first, one index read each to recover.
@@ -213,6 +235,7 @@ class ReadCache(Generic[K, V]):
         *,
         budget: int,
         weigh: Callable[[V], int] = _one,
+        shared: SharedGenerations | None = None,
     ) -> None:
         # The real path: two processes reaching one database through different links must
         # still share one signal.
@@ -221,7 +244,9 @@ class ReadCache(Generic[K, V]):
             if database is not None and ChangeSignal.available()
             else None
         )
-        self._signal = _open_signal(self.path, database)
+        self._signal: ChangeSignal | SharedSignal | None = (
+            SharedSignal(shared, kind) if shared is not None else _open_signal(self.path, database)
+        )
         self._entries: _Entries[K, V] = _Entries(-1)
         self._budget = budget
         self._weigh = weigh
@@ -232,7 +257,8 @@ class ReadCache(Generic[K, V]):
 
     @property
     def signalled(self) -> bool:
-        """True when this process maps the signal (SQLite, POSIX, a file it could open)."""
+        """True when this process maps the signal (SQLite, POSIX, a file it could open), or
+        reads the shared generations (PostgreSQL)."""
         return self._signal is not None
 
     def get(self, key: K) -> V | None:

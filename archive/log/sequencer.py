@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, or_, select, text, update
+from sqlalchemy import Connection, or_, select, update
 
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError
@@ -29,9 +29,13 @@ from archive.log.statements import (
 )
 from archive.mementos import Memento
 
-_NEXT_INDEXES = text(
-    "UPDATE log_counters SET value = value + :n WHERE name = 'sequenced' RETURNING value"
+_NEXT = "UPDATE log_counters SET value = value + {} WHERE name = 'sequenced' RETURNING value"
+_NEXT_SQLITE, _NEXT_PG = _NEXT.format("?"), _NEXT.format("%s")
+_INSERT = (
+    "INSERT INTO log_leaves (idx, kind, subject, tenant, statement, leaf_hash, sequenced_at) "
+    "VALUES ({0}, {0}, {0}, {0}, {0}, {0}, {0})"
 )
+_INSERT_SQLITE, _INSERT_PG = _INSERT.format("?"), _INSERT.format("%s")
 
 
 class LeafSequencer:
@@ -41,21 +45,21 @@ class LeafSequencer:
         """Sequence ``statements`` in order; the index of the first."""
         if not statements:
             return -1
-        end = int(connection.execute(_NEXT_INDEXES, {"n": len(statements)}).scalar_one())
+        # On the driver: this runs in every write transaction, and SQLAlchemy's statement
+        # handling would cost more than the two statements themselves.
+        sqlite = connection.dialect.name == "sqlite"
+        end = int(
+            connection.exec_driver_sql(
+                _NEXT_SQLITE if sqlite else _NEXT_PG, (len(statements),)
+            ).scalar_one()
+        )
         first = end - len(statements)
-        now = utc_now()
-        connection.execute(
-            insert(log_leaves),
+        now = utc_now().replace(tzinfo=None)  # naive UTC, as UTCDateTime stores it
+        at: object = now.isoformat(" ", "microseconds") if sqlite else now
+        connection.exec_driver_sql(
+            _INSERT_SQLITE if sqlite else _INSERT_PG,
             [
-                {
-                    "idx": first + i,
-                    "kind": s.kind,
-                    "subject": s.subject,
-                    "tenant": s.tenant,
-                    "statement": s.text,
-                    "leaf_hash": s.leaf_hash.hex(),
-                    "sequenced_at": now,
-                }
+                (first + i, s.kind, s.subject, s.tenant, s.text, s.leaf_hash.hex(), at)
                 for i, s in enumerate(statements)
             ],
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, or_, select, update
 
 from archive.dates import to_rfc3339, utc_now
 from archive.exceptions import NotFound, NotYetCheckpointed
@@ -84,12 +84,22 @@ class EvidenceLog:
     def step(self, *, force: bool = False) -> StoredCheckpoint | None:
         """Integrate what is sequenced; sign a checkpoint when due (``force``: whenever the
         tree grew); take a timestamp when due. The latest checkpoint."""
-        while self._integrate(force=force) == BATCH:
-            pass
+        if force or self._work_waiting():
+            while self._integrate(force=force) == BATCH:
+                pass
         latest = self.latest()
         if latest is not None and self.timestamper is not None and latest.timestamp is None:
             self._timestamp_if_due(latest)
         return self.latest()
+
+    def _work_waiting(self) -> bool:
+        """Whether a round has anything to write: leaves to integrate, or a tree larger than
+        the last checkpoint. Read first, so an idle server takes no write lock."""
+        sequenced, integrated = self.sizes()
+        if sequenced != integrated:
+            return True
+        latest = self.latest()
+        return integrated > (0 if latest is None else latest.size)
 
     def _integrate(self, *, force: bool) -> int:
         """One transaction: up to BATCH leaves into the tree, then a checkpoint if due."""
@@ -254,23 +264,40 @@ class EvidenceLog:
             ).first()
             if leaf is None:
                 raise NotFound(f"this {kind} has no leaf in the evidence log")
-            anchor = connection.execute(
-                select(log_checkpoints)
+            # The first timestamped checkpoint holding the leaf, and the latest: one query.
+            first_stamped = (
+                select(func.min(log_checkpoints.c.size))
                 .where(
-                    log_checkpoints.c.size > leaf.idx, log_checkpoints.c.tsa_response.is_not(None)
+                    log_checkpoints.c.size > leaf.idx,
+                    log_checkpoints.c.tsa_response.is_not(None),
                 )
-                .order_by(log_checkpoints.c.size)
-                .limit(1)
-            ).first()
-            latest = connection.execute(
-                select(log_checkpoints).order_by(log_checkpoints.c.size.desc()).limit(1)
-            ).first()
-            if latest is None or latest.size <= leaf.idx:
+                .scalar_subquery()
+            )
+            newest_size = select(func.max(log_checkpoints.c.size)).scalar_subquery()
+            found = {
+                row.size: row
+                for row in connection.execute(
+                    select(log_checkpoints).where(
+                        or_(
+                            log_checkpoints.c.size == first_stamped,
+                            log_checkpoints.c.size == newest_size,
+                        )
+                    )
+                )
+            }
+            if not found or max(found) <= leaf.idx:
                 raise NotYetCheckpointed("this leaf is not in a signed checkpoint yet; retry")
-            chosen = _checkpoint(anchor or latest)
-            newest = _checkpoint(latest)
-            path = tree.inclusion_proof(connection, leaf.idx, chosen.size)
-            consistency = tree.consistency_proof(connection, chosen.size, newest.size)
+            newest = _checkpoint(found[max(found)])
+            chosen = _checkpoint(found[min(found)])
+            # Both proofs' nodes in one statement.
+            inclusion = tree.inclusion_plan(leaf.idx, chosen.size)
+            consistency_plan = (
+                tree.consistency_plan(chosen.size, newest.size)
+                if chosen.size != newest.size
+                else []
+            )
+            hashes = tree.resolve(connection, inclusion + consistency_plan)
+            path, consistency = hashes[: len(inclusion)], hashes[len(inclusion) :]
         return {
             "index": leaf.idx,
             "statement": leaf.statement,

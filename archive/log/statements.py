@@ -9,6 +9,7 @@ of facts that were guessed once the statement is erased.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +39,36 @@ class Statement:
 
 def _statement(kind: str, subject: str, tenant: str, facts: dict[str, Any]) -> Statement:
     body = {"v": VERSION, "type": kind, "nonce": secrets.token_hex(16), **facts}
-    return Statement(kind, subject, tenant, rfc8785.dumps(body).decode("utf-8"))
+    return Statement(kind, subject, tenant, canonical_json(body))
+
+
+def canonical_json(value: Any) -> str:
+    """RFC 8785 (JCS) text of ``value``.
+
+    For the values statements hold (ASCII keys; strings, integers below 2^53, booleans,
+    null, objects, arrays: no floats), JCS is exactly Python's sorted, compact JSON without
+    ASCII escaping: same key order (UTF-16 order is code point order for ASCII), same
+    escapes (``\\"``, ``\\\\``, ``\\b\\f\\n\\r\\t``, other controls as lower-case ``\\u00xx``).
+    That costs a hundredth of the ``rfc8785`` package's pure-Python encoder on the write
+    path; anything else goes to the package (tests hold the two equal).
+    """
+    if _plain(value):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return rfc8785.dumps(value).decode("utf-8")
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, str):
+        return value.isascii() or _utf8(value)
+    if isinstance(value, int):
+        return -(2**53) < value < 2**53
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return False
 
 
 def memento_statement(memento: Memento, sha256: str) -> Statement:
@@ -105,6 +135,14 @@ def tombstone_facts(
         "deletion": kind,
         "policy": policy,
     }
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")  # lone surrogates are not Unicode text: the package refuses them
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def sha256_hex(data: bytes) -> str:

@@ -10,8 +10,9 @@ and a consistency proof each read O(log n) stored hashes, fetched in one query.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
-from sqlalchemy import Connection, and_, insert, or_, select, tuple_
+from sqlalchemy import Connection, insert
 
 from archive.exceptions import StorageError
 from archive.index.schema import log_nodes
@@ -74,22 +75,28 @@ def consistency_plan(old: int, new: int) -> list[Fold]:
 
 
 def read_nodes(connection: Connection, ids: Iterable[NodeId]) -> dict[NodeId, bytes]:
+    """The stored hashes of these nodes: one statement of primary-key point look-ups (the
+    text is cached per count, so the driver reuses its prepared statement)."""
     wanted = sorted(set(ids))
     found: dict[NodeId, bytes] = {}
-    for chunk in range(0, len(wanted), 500):
-        part = wanted[chunk : chunk + 500]
-        rows = connection.execute(
-            select(log_nodes.c.level, log_nodes.c.idx, log_nodes.c.hash).where(
-                or_(*(and_(log_nodes.c.level == lv, log_nodes.c.idx == i) for lv, i in part))
-                if connection.dialect.name == "sqlite"
-                else tuple_(log_nodes.c.level, log_nodes.c.idx).in_(part)
-            )
+    for chunk in range(0, len(wanted), 200):
+        part = wanted[chunk : chunk + 200]
+        rows = connection.exec_driver_sql(
+            _point_lookups(len(part), connection.dialect.name),
+            tuple(v for node in part for v in node),
         )
-        found.update(((r.level, r.idx), bytes.fromhex(r.hash)) for r in rows)
+        found.update(((level, idx), bytes.fromhex(h)) for level, idx, h in rows)
     missing = [n for n in wanted if n not in found]
     if missing:
         raise StorageError("the log's tree lacks a node it should hold", node=str(missing[0]))
     return found
+
+
+@lru_cache(maxsize=256)
+def _point_lookups(count: int, dialect: str) -> str:
+    mark = "?" if dialect == "sqlite" else "%s"
+    one = f"SELECT level, idx, hash FROM log_nodes WHERE level = {mark} AND idx = {mark}"
+    return " UNION ALL ".join([one] * count)
 
 
 def fold(nodes: dict[NodeId, bytes], cover: Fold) -> bytes:

@@ -1,9 +1,10 @@
-"""The drift rules ``amber-drift-1``: what happened to a cited passage on the live page.
+"""The drift rules ``amber-drift-2``: what happened to a cited passage on the live page.
 
 Pure: no database, no HTTP, no logging. The drift job re-fetches a cited URI-R, extracts its
 text with the extractor the citation used, and calls :func:`classify` once per cited
 passage; the same inputs under the same :data:`RULES_VERSION` give the same verdict,
-reasons and diff. The rules are specified in ``docs/specs/amber-drift-1.md``; any change to
+reasons and diff. The rules are specified in ``docs/specs/amber-drift-1.md`` and
+``docs/specs/amber-drift-2.md`` (what changed: languages); any change to
 what they decide for some input must bump :data:`RULES_VERSION` (recorded with every check).
 
 - :mod:`.verdict` — :func:`classify`, the verdicts' precedence (first match wins);
@@ -11,6 +12,8 @@ what they decide for some input must bump :data:`RULES_VERSION` (recorded with e
 - :mod:`.edits` — :func:`assess_edit` / :class:`RuleClassifier` (``reversal`` or
   ``material``) and :func:`word_diff`, reading :mod:`.tokens`, :mod:`.phrases` and the word
   lists in :mod:`.lexicon`;
+- :mod:`.languages` — :func:`detect` and each language's data (``lexicon/languages/*.json``);
+  :mod:`.multilingual` — the edit rules in Spanish, French, German, Ukrainian, Chinese, Arabic;
 - :mod:`.soft404` — :func:`soft_404_signals` and :func:`html_title`;
 - :mod:`.outcomes` — the verdicts and result records.
 
@@ -20,7 +23,14 @@ touching the rest.
 
 from __future__ import annotations
 
-from archive.drift.rules.edits import DEFAULT_CLASSIFIER, RuleClassifier, assess_edit, word_diff
+from archive.drift.rules.edits import (
+    DEFAULT_CLASSIFIER,
+    UNJUDGED,
+    RuleClassifier,
+    assess_edit,
+    word_diff,
+)
+from archive.drift.rules.languages import JUDGED, detect
 from archive.drift.rules.locate import find_passage
 from archive.drift.rules.outcomes import (
     RULES_VERSION,
@@ -36,7 +46,9 @@ from archive.drift.rules.verdict import Classify, classify
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
+    "JUDGED",
     "RULES_VERSION",
+    "UNJUDGED",
     "CheckOutcome",
     "Classifier",
     "Classify",
@@ -47,6 +59,7 @@ __all__ = [
     "Verdict",
     "assess_edit",
     "classify",
+    "detect",
     "find_passage",
     "html_title",
     "soft_404_signals",

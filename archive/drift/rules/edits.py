@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from rapidfuzz.distance import Levenshtein
 
 from archive.citations import normalise
+from archive.drift.rules import multilingual
+from archive.drift.rules.languages import JUDGED, detect, language
 from archive.drift.rules.lexicon import NEGATIVE_PREFIXES, NOT_POLAR_ALONE, RELATIONS, STOPWORDS
 from archive.drift.rules.outcomes import RULES_VERSION, Classifier, EditAssessment, Verdict
 from archive.drift.rules.phrases import is_negator, lexicon_hits, modal_classes, quantifiers
@@ -67,6 +69,9 @@ def _negative_affix(a: str, b: str) -> bool:
     return a.endswith("ful") and b == a[:-3] + "less"
 
 
+UNJUDGED = "language_unsupported"  # a reason: the rules cannot read this language
+
+
 class RuleClassifier:
     """The documented rules (module docstring); :data:`RULES_VERSION` names them."""
 
@@ -76,14 +81,32 @@ class RuleClassifier:
     def assess(self, old: str, new: str) -> EditAssessment:
         if not new.strip():
             return EditAssessment(Verdict.MATERIAL, ("deleted",), word_diff(old, new))
-        before, after = tokenise(old), tokenise(new)
-        reasons, notes = _reversal_reasons(before, after)
+        code = detect(old)
+        if code == "en":
+            return _assess_english(old, new)
         diff = word_diff(old, new)
+        if code not in JUDGED:
+            # Not read, so not judged: material (never identical or cosmetic) and flagged
+            # for a person (``DriftService`` sets needs_review on this reason).
+            return EditAssessment(Verdict.MATERIAL, (f"{UNJUDGED}:{code}",), diff)
+        lang = language(code)
+        before, after = multilingual.Tokens(old, lang), multilingual.Tokens(new, lang)
+        reasons, notes = multilingual.reversal_reasons(before, after)
+        tag = f"language:{code}"
         if reasons:
-            return EditAssessment(Verdict.REVERSAL, tuple(reasons + notes), diff)
-        return EditAssessment(
-            Verdict.MATERIAL, tuple(notes + _material_reasons(before, after)), diff
-        )
+            return EditAssessment(Verdict.REVERSAL, (*reasons, *notes, tag), diff)
+        found = multilingual.material_reasons(before, after)
+        return EditAssessment(Verdict.MATERIAL, (*notes, *found, tag), diff)
+
+
+def _assess_english(old: str, new: str) -> EditAssessment:
+    """The English rules (``amber-drift-1``'s, unchanged)."""
+    before, after = tokenise(old), tokenise(new)
+    reasons, notes = _reversal_reasons(before, after)
+    diff = word_diff(old, new)
+    if reasons:
+        return EditAssessment(Verdict.REVERSAL, tuple(reasons + notes), diff)
+    return EditAssessment(Verdict.MATERIAL, tuple(notes + _material_reasons(before, after)), diff)
 
 
 def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str]]:

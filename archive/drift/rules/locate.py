@@ -49,6 +49,14 @@ def find_passage(
     except QuoteNotFound:
         match = None
     if match is not None:
+        if _glued(live.text, match, prefix, suffix):
+            # Found inside a longer word ("وافق" in "يوافق", "approved" in "disapproved"):
+            # the passage's own first or last word changed, so it is not intact.
+            anchored = _fuzzy(live, old_exact, prefix, suffix, None, context_only=True)
+            if anchored is None:
+                anchored = _fuzzy(live, old_exact, prefix, suffix, position, context_only=False)
+            if anchored is not None:
+                return _location(live, _to_context(live.text, anchored, prefix, suffix))
         if not _context_disagrees(live, match, prefix, suffix):
             return PassageLocation(match.start, match.end, match.exact, match.method, 100.0)
         # Maybe a repeated clause: is the cited occurrence, where its context still is, edited?
@@ -65,6 +73,42 @@ def find_passage(
 def _location(live: PreparedText, found: tuple[float, int, int]) -> PassageLocation:
     score, start, end = found
     return PassageLocation(start, end, live.text[start:end], "fuzzy", round(score, 2))
+
+
+_CONTEXT_REACH = 64  # code points between a found passage and its recorded context
+
+
+def _to_context(
+    text: str, found: tuple[float, int, int], prefix: str, suffix: str
+) -> tuple[float, int, int]:
+    """``found`` widened to where the recorded prefix ends and the suffix begins, when they
+    are near: words inserted next to the passage (a negator before it) belong to it."""
+    score, start, end = found
+    tail, head = prefix.strip()[-12:], suffix.strip()[:12]
+    if tail:
+        at = text.rfind(tail, max(0, start - _CONTEXT_REACH), start + len(tail))
+        if at >= 0 and at + len(tail) <= start:
+            start = at + len(tail)
+            while start < end and text[start].isspace():
+                start += 1
+    if head:
+        at = text.find(head, max(start, end - len(head)), end + _CONTEXT_REACH)
+        if at >= end:
+            end = at
+            while end > start and text[end - 1].isspace():
+                end -= 1
+    return score, start, end
+
+
+def _glued(text: str, match: QuoteMatch, prefix: str, suffix: str) -> bool:
+    """``match`` begins or ends inside a word of the live text where the recorded context
+    had another character next to it (amber-drift-2)."""
+    exact = match.exact
+    before = text[match.start - 1] if match.start > 0 else ""
+    after = text[match.end] if match.end < len(text) else ""
+    start_glued = before.isalnum() and exact[:1].isalnum() and prefix[-1:] != before
+    end_glued = after.isalnum() and exact[-1:].isalnum() and suffix[:1] != after
+    return start_glued or end_glued
 
 
 def _context_disagrees(live: PreparedText, match: QuoteMatch, prefix: str, suffix: str) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, Protocol
 
-RULES_VERSION = "amber-drift-1"
+RULES_VERSION = "amber-drift-2"
 
 
 class Verdict(StrEnum):

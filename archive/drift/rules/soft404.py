@@ -16,6 +16,7 @@ from rapidfuzz import fuzz
 from selectolax.lexbor import LexborHTMLParser
 
 from archive.citations import decode_html, normalise
+from archive.drift.rules.languages import all_languages
 from archive.drift.rules.outcomes import Soft404Signals
 
 _PAGE_GONE = re.compile(
@@ -157,10 +158,32 @@ _GONE_KEYWORDS = (
 )
 
 
+def _phrases() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The not-found phrases of every language's data: (anywhere, title or short body)."""
+    languages = all_languages()
+    return (
+        tuple(p for lang in languages for p in lang.page_gone),
+        tuple(p for lang in languages for p in lang.gone),
+    )
+
+
+_PAGE_PHRASES, _WHOLE_PHRASES = _phrases()
+# Each search scans the window: phrases with a non-ASCII character are not looked for in an
+# ASCII window (most English pages, once normalised), which halves the cost on those.
+_PAGE_ASCII = tuple(p for p in _PAGE_PHRASES if p.isascii())
+_WHOLE_ASCII = tuple(p for p in _WHOLE_PHRASES if p.isascii())
+
+
 def _gone_phrase(text: str, *, whole: bool) -> bool:
     """A "page not found"-style phrase in ``text``; any "gone" phrase at all when ``whole``
-    (a title, a short body)."""
+    (a title, a short body). The English patterns, then each language's data (plain
+    substrings of the lower-cased, normalised text)."""
     lowered = text.lower()
+    ascii_only = lowered.isascii()
+    if any(p in lowered for p in (_PAGE_ASCII if ascii_only else _PAGE_PHRASES)):
+        return True
+    if whole and any(p in lowered for p in (_WHOLE_ASCII if ascii_only else _WHOLE_PHRASES)):
+        return True
     if not any(keyword in lowered for keyword in _GONE_KEYWORDS):
         return False
     return bool(_PAGE_GONE.search(text) or (whole and _GONE_PHRASE.search(text)))
