@@ -437,3 +437,29 @@ def test_an_erased_passage_is_exported_as_its_tombstone(tmp_path: Path) -> None:
     records = list(warcfile.read_records(files["archive/data.warc.gz"]))
     assert passage not in {r.get("Amber-Memento-Id") for r in records}
     assert f"proofs/tombstone-{passage}.statement.json" in files
+
+
+def test_only_auditors_and_admins_may_export(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from archive.access.keys import Role
+
+    opened = Archive.open(settings_for(tmp_path / "amber-data"))
+    try:
+        populate(opened)
+        keys = {role: opened.keys.create("default", role).key for role in Role}
+        app = create_app(
+            opened.settings.with_overrides(rate_limit_per_second=0), archive=opened, auth=True
+        )
+        with TestClient(app) as client:
+            status = {
+                role: client.get(
+                    "/api/v1/transcripts/t-1/export",
+                    headers={"Authorization": f"Bearer {key}"},
+                ).status_code
+                for role, key in keys.items()
+            }
+    finally:
+        opened.close()
+    assert status == {Role.AGENT: 403, Role.AUDITOR: 200, Role.ADMIN: 200}
