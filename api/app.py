@@ -11,6 +11,7 @@ from starlette.types import Receive, Scope, Send
 
 from api import (
     admin,
+    bundles,
     drift,
     errors,
     fastpath,
@@ -149,6 +150,7 @@ def create_app(
     app.include_router(retention.router)
     app.include_router(metrics.router)
     app.include_router(log.router)
+    app.include_router(bundles.router)
     ui.install(app, settings)  # the auditors' pages (/ui)
 
     @app.get("/healthz", summary="Liveness and readiness", tags=["ops"])

@@ -55,6 +55,7 @@ EXPECTED_ACTION = {
     ("GET", "/api/v1/drift/sources"): "drift.sources",
     ("GET", "/api/v1/mementos/{memento_id}/proof"): "memento.proof",
     ("GET", "/api/v1/citations/{citation_id}/proof"): "citation.proof",
+    ("GET", "/api/v1/transcripts/{transcript_id}/export"): "transcript.export",
 }
 
 
@@ -149,6 +150,8 @@ def test_every_evidence_read_leaves_an_audit_row(world: World) -> None:
                 "default", key_id=world.key_id(role), limit=10_000
             )
             added = after[len(before) :]
+            if template.endswith("/export"):  # a bundle: the transcript, then each memento
+                added = _export_rows(world, added)
             assert len(added) == 1, f"{method} {template} as {role.value}: {len(added)} rows"
             row = added[0]
             assert row.role == role.value
@@ -161,6 +164,16 @@ def test_every_evidence_read_leaves_an_audit_row(world: World) -> None:
             assert CAPTURED not in row.target and QUOTE not in row.target
             audited.add(("GET", template))
     assert audited >= set(EXPECTED_ACTION)
+
+
+def _export_rows(world: World, added: list[Any]) -> list[Any]:
+    """The export's transcript row, once the rest are exactly one per memento in it."""
+    from archive.bundles.export import export_bundle
+
+    mementos = export_bundle(world.archive, "default", TRANSCRIPT).mementos
+    exported = sorted(r.target for r in added if r.action == "memento.export")
+    assert exported == mementos and len(mementos) >= 1
+    return [r for r in added if r.action != "memento.export"]
 
 
 def test_agents_reads_and_refused_reads_are_not_audited(world: World) -> None:

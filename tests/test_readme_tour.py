@@ -34,7 +34,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TOUR_BLOCK = re.compile(
     r"^```sh tour=(?P<step>[a-z]+)\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE
 )
-STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "mcp", "browser"]
+STEPS = ["serve", "key", "store", "resolve", "timegate", "cite", "mcp", "browser", "bundle"]
 TOUR_PORT = "8000"
 KEY = re.compile(r"^amber_[0-9a-f]{12}_\S{43}$", re.MULTILINE)
 BLOCK_TIMEOUT_SECONDS = 120
@@ -220,6 +220,9 @@ def test_the_readme_tour_works_when_pasted(
         assert opened.text == "<p>Parental leave is sixteen weeks.</p>"
         transcript = browser.get("/ui/transcripts/conversation-1")
         assert 'data-verified="true"' in transcript.text
+    bundled = terminal.run(blocks["bundle"])
+    assert bundled.stdout.count("\u2713") == 1, bundled.stdout + bundled.stderr
+    assert "verified: 1 citations" in bundled.stderr, bundled.stderr
 
     # The CLI, sharing the index, prints the same URI-M the server issued.
     timemap = terminal.run("amber timemap 'https://example.org/leave?lang=en'")

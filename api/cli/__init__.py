@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import evidence, jobs, mcp, mementos, server
+from api.cli import bundles, evidence, jobs, mcp, mementos, server
 from archive import __version__
 
 
@@ -37,5 +37,8 @@ for command in (
     evidence.log_group,
     evidence.proof_group,
     mcp.mcp,
+    bundles.export,
+    bundles.verify_bundle,
+    bundles.import_archive,
 ):
     main.add_command(command)

@@ -45,6 +45,8 @@ READ_ACTIONS: dict[str, str] = {
     "drift.sources": "the window (window_days=N)",
     "memento.proof": "memento id",
     "citation.proof": "citation id",
+    "transcript.export": "transcript id",
+    "memento.export": "memento id (one row per memento in an exported bundle)",
 }
 
 

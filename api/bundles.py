@@ -1,0 +1,54 @@
+"""GET /api/v1/transcripts/{id}/export: a transcript's audit bundle (WACZ), for auditors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.auth import audit_read, require
+from api.budget import BudgetedRoute
+from api.deps import get_archive
+from api.models import ERROR_RESPONSES
+from archive.access.keys import Principal, Role
+from archive.archive import Archive
+from archive.bundles.export import export_bundle
+
+router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"], route_class=BudgetedRoute)
+auditors = require(Role.AUDITOR, Role.ADMIN)
+CHUNK = 1 << 20
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    for start in range(0, len(data), CHUNK):
+        yield data[start : start + CHUNK]
+
+
+@router.get(
+    "/{transcript_id}/export",
+    responses={**ERROR_RESPONSES, 200: {"content": {"application/wacz": {}}}},
+    response_class=StreamingResponse,
+    summary="The transcript's evidence as a signed WACZ audit bundle (verifies offline)",
+)
+async def export_transcript(
+    transcript_id: Annotated[str, Path(max_length=128)],
+    request: Request,
+    principal: Annotated[Principal, Depends(auditors)],
+    archive: Annotated[Archive, Depends(get_archive)],
+) -> StreamingResponse:
+    bundle = await run_in_threadpool(export_bundle, archive, principal.tenant, transcript_id)
+    audit_read(request, principal, "transcript.export", transcript_id)
+    for memento_id in bundle.mementos:  # the bundle hands out every memento's bytes
+        audit_read(request, principal, "memento.export", memento_id)
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in transcript_id)
+    return StreamingResponse(
+        _chunks(bundle.data),
+        media_type="application/wacz",
+        headers={
+            "Content-Disposition": f'attachment; filename="{name}.wacz"',
+            "Content-Length": str(len(bundle.data)),
+        },
+    )
