@@ -10,7 +10,6 @@ of those is a reversal, leaning to ``reversal`` when in doubt. Specified in
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
 from rapidfuzz.distance import Levenshtein
 
@@ -18,31 +17,10 @@ from archive.citations import normalise
 from archive.drift.rules import multilingual
 from archive.drift.rules.languages import JUDGED, detect, language
 from archive.drift.rules.lexicon import NEGATIVE_PREFIXES, NOT_POLAR_ALONE, RELATIONS, STOPWORDS
+from archive.drift.rules.multilingual import sequence_reason
 from archive.drift.rules.outcomes import RULES_VERSION, Classifier, EditAssessment, Verdict
 from archive.drift.rules.phrases import is_negator, lexicon_hits, modal_classes, quantifiers
 from archive.drift.rules.tokens import TOKEN, Tokens, tokenise
-
-
-def _sequence_reason(
-    name: str,
-    old: Sequence[str],
-    new: Sequence[str],
-    old_shown: Sequence[str],
-    new_shown: Sequence[str],
-) -> str | None:
-    if list(old) == list(new):
-        return None
-    removed = Counter(old) - Counter(new)
-    added = Counter(new) - Counter(old)
-    first_removed = next((s for a, s in zip(old, old_shown, strict=True) if removed.get(a)), None)
-    first_added = next((s for a, s in zip(new, new_shown, strict=True) if added.get(a)), None)
-    if first_removed is not None and first_added is not None:
-        return f"{name}_changed:{first_removed}->{first_added}"
-    if first_removed is not None:
-        return f"{name}_removed:{first_removed}"
-    if first_added is not None:
-        return f"{name}_added:{first_added}"
-    return f"{name}_order_changed"
 
 
 def _hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
@@ -172,7 +150,7 @@ def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[st
     # Modality.
     old_modal, new_modal = modal_classes(before), modal_classes(after)
     if [c for c, _ in old_modal] != [c for c, _ in new_modal]:
-        reason = _sequence_reason(
+        reason = sequence_reason(
             "modal",
             [c for c, _ in old_modal],
             [c for c, _ in new_modal],
@@ -184,7 +162,7 @@ def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[st
 
     # Quantifiers.
     old_q, new_q = quantifiers(old), quantifiers(new)
-    reason = _sequence_reason(
+    reason = sequence_reason(
         "quantifier",
         [c for c, _ in old_q],
         [c for c, _ in new_q],
@@ -200,7 +178,7 @@ def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[st
     replaced = {j for a0, a1, b0, b1 in hunks if a1 > a0 for j in range(b0, b1)}
     old_dates, old_dates_shown, _ = before.dates
     new_dates, new_dates_shown, _ = after.dates
-    reason = _sequence_reason("date", old_dates, new_dates, old_dates_shown, new_dates_shown)
+    reason = sequence_reason("date", old_dates, new_dates, old_dates_shown, new_dates_shown)
     if reason:
         added_only = reason.startswith("date_added:")
         if added_only and not _added_in(replaced, old_dates, new_dates, after.date_positions):
@@ -209,7 +187,7 @@ def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[st
             reasons.append(reason)
     old_numbers, old_shown, old_money = before.numbers
     new_numbers, new_shown, new_money = after.numbers
-    reason = _sequence_reason("number", old_numbers, new_numbers, old_shown, new_shown)
+    reason = sequence_reason("number", old_numbers, new_numbers, old_shown, new_shown)
     if reason:
         added_only = reason.startswith("number_added:")
         if any(old_money) or any(new_money):

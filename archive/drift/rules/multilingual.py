@@ -210,7 +210,7 @@ def _hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
     return hunks
 
 
-def _sequence_reason(
+def sequence_reason(
     name: str,
     old: Sequence[str],
     new: Sequence[str],
@@ -301,7 +301,7 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
                 reasons.append(f"polar_word_replaced:{shown}")
 
     old_modal, new_modal = lang.modals.find(old), lang.modals.find(new)
-    reason = _sequence_reason(
+    reason = sequence_reason(
         "modal",
         [c for c, _, _ in old_modal],
         [c for c, _, _ in new_modal],
@@ -314,7 +314,7 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
     replaced = {j for a0, a1, b0, b1 in hunks if a1 > a0 for j in range(b0, b1)}
     old_months, old_month_words, _ = months(before)
     new_months, new_month_words, new_month_at = months(after)
-    reason = _sequence_reason("date", old_months, new_months, old_month_words, new_month_words)
+    reason = sequence_reason("date", old_months, new_months, old_month_words, new_month_words)
     if reason:
         gained_months = Counter(new_months) - Counter(old_months)
         inserted = reason.startswith("date_added") and not any(
@@ -324,7 +324,7 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
         (notes if inserted else reasons).append(reason)
     old_numbers, old_shown, old_money, _ = numbers(before)
     new_numbers, new_shown, new_money, new_at = numbers(after)
-    reason = _sequence_reason("number", old_numbers, new_numbers, old_shown, new_shown)
+    reason = sequence_reason("number", old_numbers, new_numbers, old_shown, new_shown)
     if reason:
         if any(old_money) or any(new_money):
             reason = reason.replace("number_", "amount_", 1)
