@@ -18,8 +18,10 @@ so tests replace ``archive.fetch.transport.resolve`` to simulate DNS answers.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -222,9 +224,17 @@ def _pool_options() -> _PoolOptions:
     return {"max_connections": 100, "max_keepalive_connections": 20, "keepalive_expiry": 5.0}
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process, shared by every guarded client: building one
+    loads the CA bundle (measured ~30 ms), which a one-off fetch (``amber capture``, MCP's
+    ``fetch_evidence``) would otherwise pay each time. SSLContext is safe to share."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 class _GuardedTransport(httpx.HTTPTransport):
     def __init__(self, allow: AllowList) -> None:
-        ssl_context = httpx.create_ssl_context(trust_env=False)
+        ssl_context = _tls_context()
         super().__init__(verify=ssl_context, trust_env=False)
         # httpx has no public hook for the network backend, so the pool it just built is
         # replaced by one that connects through the guard.
@@ -235,7 +245,7 @@ class _GuardedTransport(httpx.HTTPTransport):
 
 class _AsyncGuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, allow: AllowList) -> None:
-        ssl_context = httpx.create_ssl_context(trust_env=False)
+        ssl_context = _tls_context()
         super().__init__(verify=ssl_context, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context,
