@@ -184,12 +184,46 @@ CASES = [
         404,
         {"note": "checked the live source"},
     ),
+    RouteCase(
+        "GET",
+        "/api/v1/mementos/{memento_id}/proof",
+        "/api/v1/mementos/{id}/proof",
+        READERS,
+        200,
+        404,
+    ),
+    RouteCase(
+        "GET",
+        "/api/v1/citations/{citation_id}/proof",
+        "/api/v1/citations/" + "0" * 32 + "/proof",
+        READERS,
+        404,
+        404,
+    ),
+    RouteCase(
+        "GET",
+        "/api/v1/transcripts/{transcript_id}/export",
+        "/api/v1/transcripts/t-auth/export",
+        frozenset({Role.AUDITOR, Role.ADMIN}),
+        200,
+        404,
+    ),
 ]
-PUBLIC = {("GET", "/healthz")} | {
-    (method, path)
-    for method in ("GET", "HEAD")
-    for path in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
-}
+# The evidence log's checkpoint, tiles and consistency proofs are public by design: they
+# carry hashes only, for witnesses and monitors (docs/design.md, the evidence log).
+PUBLIC = (
+    {("GET", "/healthz")}
+    | {
+        ("GET", "/log/checkpoint"),
+        ("GET", "/log/consistency/{old}/{new}"),
+        ("GET", "/log/tile/{tile:path}"),
+    }
+    | {
+        (method, path)
+        for method in ("GET", "HEAD")
+        for path in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+    }
+)
 
 
 def test_matrix_covers_every_route(world: World) -> None:

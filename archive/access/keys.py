@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from archive.index import Index
 from archive.index.generations import REVOCATIONS
 from archive.index.schema import api_keys
 from archive.index.signals import ReadCache
+from archive.secretfiles import read_or_create
 
 KEY_PREFIX = "amber"
 _KEY = re.compile(rf"{KEY_PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_\-]{{43}})")
@@ -93,22 +93,7 @@ def load_server_secret(configured: str | None, data_dir: Path) -> bytes:
         if len(configured) < 32:
             raise ConfigurationError("AMBER_KEY_SECRET must be at least 32 characters")
         return configured.encode("utf-8")
-    path = data_dir / SECRET_FILE
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fresh = secrets.token_bytes(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
-        return path.read_bytes()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(fresh)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return fresh
+    return read_or_create(data_dir / SECRET_FILE, lambda: secrets.token_bytes(32))
 
 
 class KeyRing:

@@ -35,6 +35,7 @@ from archive.log import tree
 from archive.log.proofcheck import format_tlog_proof
 from archive.mementos import Memento
 from archive.retention.records import shown_deletion_reason
+from archive.secretfiles import read_or_create
 
 if TYPE_CHECKING:
     from archive.archive import Archive
@@ -65,23 +66,16 @@ def record_id(kind: str, subject: str) -> str:
 
 def load_wacz_key(data_dir: Path) -> ec.EllipticCurvePrivateKey:
     """The bundle signing key, generated on first use beside the log key (PEM, mode 0600)."""
-    path = data_dir / KEY_FILE
-    if not path.exists():
-        pem = ec.generate_private_key(ec.SECP384R1()).private_bytes(
+
+    def fresh_pem() -> bytes:
+        return ec.generate_private_key(ec.SECP384R1()).private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
-        try:  # O_EXCL: two processes starting together keep the first one's key
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(pem)
-                handle.flush()
-                os.fsync(handle.fileno())
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+
+    pem = read_or_create(data_dir / KEY_FILE, fresh_pem)
+    key = serialization.load_pem_private_key(pem, password=None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     return key
 

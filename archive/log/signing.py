@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from archive.exceptions import ConfigurationError
 from archive.log.proofcheck import ED25519_TYPE, SIGNATURE_PREFIX, key_id_of
+from archive.secretfiles import read_or_create
 
 KEY_FILE = "log-signing-key"
 
@@ -31,23 +31,16 @@ def load_signing_key(configured: str | None, data_dir: Path) -> Ed25519PrivateKe
         if len(seed) != 32:
             raise ConfigurationError("AMBER_LOG_SIGNING_KEY must be base64 of a 32-byte seed")
         return Ed25519PrivateKey.from_private_bytes(seed)
-    path = data_dir / KEY_FILE
-    if not path.exists():
+
+    def fresh_seed() -> bytes:
         seed = Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.Raw,
             serialization.PrivateFormat.Raw,
             serialization.NoEncryption(),
         )
-        try:  # O_EXCL: two processes starting together keep the first one's key
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(base64.b64encode(seed).decode() + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-    text = path.read_text(encoding="ascii").strip()
+        return base64.b64encode(seed) + b"\n"
+
+    text = read_or_create(data_dir / KEY_FILE, fresh_seed).decode("ascii").strip()
     return load_signing_key(text, data_dir)
 
 
