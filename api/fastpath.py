@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from starlette import types as asgi
 
-from api.auth import Gatekeeper, record_read
+from api.auth import record_read
 from api.browser import error_or_sign_in, session_id_of
 from api.budget import BodyRoute, RequestBudget, replay
 from api.deps import IDEMPOTENCY_KEY
@@ -33,6 +33,7 @@ from api.mementos import (
     memento_request,
 )
 from api.models import MementoIn
+from api.startedroute import StartedRoute
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.access.keys import Principal
 from archive.archive import Archive
@@ -62,8 +63,7 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
-@dataclass
-class MementoRoute:
+class MementoRoute(StartedRoute[tuple[str, str], "ServedMemento"]):
     """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
     without its routing, dependency solving and middleware layers, and with everything it
     needs in plain attributes (Starlette's ``State`` resolves each through ``__getattr__``).
@@ -73,31 +73,17 @@ class MementoRoute:
     re-hash and the headers (benchmarks/README.md).
     """
 
-    gatekeeper: Gatekeeper
-    urls: Urls
-    archive: Archive | None = None  # set by start()
-    # (tenant, id) -> what answering it needs, until the next deletion in any process.
-    _served: ReadCache[tuple[str, str], ServedMemento] | None = None
-    _starts: int = 0  # lifespans that started this route and have not closed it
+    # Its memory: (tenant, id) -> what answering it needs, until the next deletion in any
+    # process.
 
-    def start(self, archive: Archive) -> None:
-        self._starts += 1  # one close per start: a test may run two lifespans on one app
-        if self.archive is archive and self._served is not None:
-            return  # given at creation (tests) and started again by the lifespan
-        self.archive = archive
-        self._served = archive.index.cache_until_deletion(
+    def new_memory(self, archive: Archive) -> ReadCache[tuple[str, str], ServedMemento]:
+        return archive.index.changes.cache_until_deletion(
             ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024
         )
 
     def served_cache(self) -> ReadCache[tuple[str, str], ServedMemento] | None:
         """The memory of answers (its counters and usage), once started."""
-        return self._served
-
-    def close(self) -> None:
-        self._starts = max(0, self._starts - 1)
-        if self._starts == 0 and self._served is not None:
-            self._served.close()
-            self._served = None
+        return self.memory
 
     async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         method: str = scope["method"]
@@ -132,7 +118,7 @@ class MementoRoute:
         """``(status, headers, body)`` of a URI-M request by an authorised principal, the
         headers as ASGI sends them."""
         archive = self.archive
-        cache = self._served
+        cache = self.memory
         assert archive is not None and cache is not None, "the app has not started"
         served = await cache.get_or_load_async(
             (principal.tenant, memento_id),

@@ -41,7 +41,7 @@ def _forget_module_caches(tenant: str | None, addresses: Collection[str] | None)
 class TextMemory:
     """The text caches of one process, kept coherent with erasures on one index.
 
-    ``generation`` is the index's erasure generation (``Index.erasure_generation``): it
+    ``generation`` is the index's erasure generation (``Changes.erasure_generation``): it
     moves after every erasure, and is None while one commits. None instead of a function
     when the index has no signal (PostgreSQL): :meth:`heed` then does nothing."""
 
