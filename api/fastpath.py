@@ -22,7 +22,6 @@ from starlette import types as asgi
 from api.auth import record_read
 from api.browser import error_or_sign_in, session_id_of
 from api.budget import BodyRoute, RequestBudget, replay
-from api.deps import IDEMPOTENCY_KEY
 from api.errors import amber_error_response, unexpected_error_response
 from api.mementos import (
     READER_ROLES,
@@ -189,7 +188,10 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 # The write as the request budget sees it. A body sent without Content-Type is parsed too,
 # as this route always has; FastAPI's route would refuse it, so only a valid one is kept.
 WRITE_BODY = BodyRoute(
-    roles=WRITER_ROLES, model=TypeAdapter(MementoIn), json_without_content_type=True
+    roles=WRITER_ROLES,
+    model=TypeAdapter(MementoIn),
+    json_without_content_type=True,
+    idempotency_key=True,
 )
 
 
@@ -203,7 +205,7 @@ class WriteRoute:
 
     The request budget authorises, reads, parses and validates the request first (and
     refuses it there if it must). Only a well-formed request is served here: anything else
-    FastAPI would refuse (an odd Content-Type or Idempotency-Key, a body sent as ``null``)
+    FastAPI would refuse (an odd Content-Type, a body sent as ``null``)
     is handed, body and all, to the FastAPI route, so every refusal is FastAPI's or the
     budget's, exactly as on every other route.
     """
@@ -237,7 +239,6 @@ class WriteRoute:
             not isinstance(body, MementoIn)
             or admitted.principal is None
             or not _plain_json(content_type)
-            or (key is not None and not IDEMPOTENCY_KEY.fullmatch(key))
         ):
             await fallback(scope, replay(admitted.raw, receive), send)
             return
