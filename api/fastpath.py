@@ -20,7 +20,6 @@ from pydantic import TypeAdapter
 from starlette import types as asgi
 
 from api.auth import record_read
-from api.browser import error_or_sign_in, session_id_of
 from api.budget import BodyRoute, RequestBudget, replay
 from api.errors import amber_error_response, unexpected_error_response
 from api.mementos import (
@@ -32,7 +31,7 @@ from api.mementos import (
     memento_request,
 )
 from api.models import MementoIn
-from api.startedroute import StartedRoute
+from api.readroute import ReadRoute
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.access.keys import Principal
 from archive.archive import Archive
@@ -62,7 +61,7 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
-class MementoRoute(StartedRoute[tuple[str, str], "ServedMemento"]):
+class MementoRoute(ReadRoute[tuple[str, str], "ServedMemento"]):
     """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
     without its routing, dependency solving and middleware layers, and with everything it
     needs in plain attributes (Starlette's ``State`` resolves each through ``__getattr__``).
@@ -84,32 +83,16 @@ class MementoRoute(StartedRoute[tuple[str, str], "ServedMemento"]):
         """The memory of answers (its counters and usage), once started."""
         return self.memory
 
-    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
-        method: str = scope["method"]
+    roles = READER_ROLES
+    header = b"if-none-match"
+
+    async def reply(
+        self, principal: Principal, scope: asgi.Scope, if_none_match: str | None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         path: str = scope["path"]
-        authorization = if_none_match = None
-        for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == b"if-none-match" and if_none_match is None:
-                if_none_match = value.decode("latin-1")
-        try:
-            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
-                await self.archive.index.observe_changes()
-            principal = await self.gatekeeper.authorize_request(
-                authorization, session_id_of(scope) if authorization is None else None, READER_ROLES
-            )
-            status, headers, body = await self.resolve(
-                principal, path[len(MEMENTO_PREFIX) :], method, if_none_match
-            )
-        except AmberError as error:
-            await error_or_sign_in(error, scope)(scope, receive, send)
-            return
-        except Exception:
-            await unexpected_error_response(method, path)(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        return await self.resolve(
+            principal, path[len(MEMENTO_PREFIX) :], scope["method"], if_none_match
+        )
 
     async def resolve(
         self, principal: Principal, memento_id: str, method: str, if_none_match: str | None

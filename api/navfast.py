@@ -21,10 +21,8 @@ from fastapi import Response
 from starlette import types as asgi
 
 from api.auth import READERS, record_read
-from api.browser import error_or_sign_in, session_id_of
-from api.errors import unexpected_error_response
 from api.models import TimeMapOut
-from api.startedroute import StartedRoute
+from api.readroute import ReadRoute
 from api.timetravel import (
     accept_datetime_of,
     timegate_response,
@@ -39,7 +37,6 @@ from api.urls import (
 )
 from archive.access.keys import Principal
 from archive.archive import Archive
-from archive.exceptions import AmberError
 from archive.index.signals import ReadCache
 
 _READERS = frozenset(READERS)
@@ -88,7 +85,7 @@ class Answer(NamedTuple):
 _ANSWER_OVERHEAD = 700
 
 
-class NavigationRoute(StartedRoute[tuple[str, str, str, str], Answer]):
+class NavigationRoute(ReadRoute[tuple[str, str, str, str], Answer]):
     """TimeGate and TimeMaps (both formats, every page), GET and HEAD, as plain ASGI."""
 
     # Its memory: (tenant, prefix, URI-R as requested, page or chosen memento id) -> rendered
@@ -99,34 +96,15 @@ class NavigationRoute(StartedRoute[tuple[str, str, str, str], Answer]):
             Answer.weight, budget=archive.settings.timemap_cache_mb * 1024 * 1024 // 2
         )
 
-    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
-        method: str = scope["method"]
-        path: str = scope["path"]
+    roles = _READERS
+    header = b"accept-datetime"
+
+    async def reply(
+        self, principal: Principal, scope: asgi.Scope, accept_datetime: str | None
+    ) -> Answer:
         prefix = navigation_prefix(scope)
         assert prefix is not None, "only TimeGate and TimeMap requests come here"
-        authorization = accept_datetime = None
-        for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == b"accept-datetime" and accept_datetime is None:
-                accept_datetime = value.decode("latin-1")
-        try:
-            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
-                await self.archive.index.observe_changes()
-            principal = await self.gatekeeper.authorize_request(
-                authorization, session_id_of(scope) if authorization is None else None, _READERS
-            )
-            answer = await self.answer(principal, scope, prefix, accept_datetime)
-        except AmberError as error:
-            await error_or_sign_in(error, scope)(scope, receive, send)
-            return
-        except Exception:
-            await unexpected_error_response(method, path)(scope, receive, send)
-            return
-        await send(
-            {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
-        )
-        await send({"type": "http.response.body", "body": answer.body})
+        return await self.answer(principal, scope, prefix, accept_datetime)
 
     async def answer(
         self, principal: Principal, scope: asgi.Scope, prefix: str, accept_datetime: str | None
