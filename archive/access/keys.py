@@ -121,7 +121,7 @@ class KeyRing:
         key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
         info = KeyInfo(key_id, tenant, role, name, utc_now(), None)
         with self.index.write() as connection:
-            self.index.ensure_tenants(connection, {tenant})
+            self.index.inserts.ensure_tenants(connection, {tenant})
             connection.execute(
                 insert(api_keys).values(
                     key_id=key_id,

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     Connection,
-    Table,
     Text,
     and_,
     bindparam,
@@ -240,8 +238,8 @@ class Index:
         if not batch:
             return []
         self.changes.timemaps_change(connection)
-        self.ensure_tenants(connection, {m.tenant for m in batch})
-        self.insert_ignoring(
+        self.inserts.ensure_tenants(connection, {m.tenant for m in batch})
+        self.inserts.insert_ignoring(
             connection,
             blobs,
             [
@@ -263,7 +261,7 @@ class Index:
         versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
         versioned = {m.id: with_version(m, versions) for m in batch}
         rows = {i: self._memento_row(m) for i, m in versioned.items()}
-        inserted = self.insert_ignoring(
+        inserted = self.inserts.insert_ignoring(
             connection,
             mementos,
             list(rows.values()),
@@ -375,23 +373,6 @@ class Index:
         """Record the first answer for ``key``; if one exists already, return that one."""
         [recorded] = self.idempotency.claim(connection, [(tenant, key, response)], now)
         return response if recorded is None else recorded
-
-    def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
-        self.inserts.ensure_tenants(connection, names)
-
-    def insert_ignoring(
-        self,
-        connection: Connection,
-        table: Table,
-        rows: list[dict[str, Any]],
-        *,
-        conflict: list[str],
-        returning: Column[Any] | None = None,
-    ) -> set[Any]:
-        """Insert the rows that do not conflict; the ``returning`` values of those inserted."""
-        return self.inserts.insert_ignoring(
-            connection, table, rows, conflict=conflict, returning=returning
-        )
 
     # -- reads ----------------------------------------------------------------------------
 
