@@ -164,7 +164,7 @@ class Index:
         still run beside each other. Taken first, so every later statement of the
         transaction sees what the other side committed.
 
-        Only exclusive writes may delete mementos (see :meth:`cache_until_deletion`).
+        Only exclusive writes may delete mementos (see :meth:`Changes.cache_until_deletion`).
         """
         # Deletions happen only in exclusive writes: they tell every process to forget the
         # live mementos it remembers, whatever they delete.
