@@ -308,15 +308,20 @@ class S3Side:
         return [self.presigned("GET", f"objects/{n:08d}") for n in range(OBJECTS)]
 
 
-def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> dict[str, Any]:
-    """The S3 server driven by boto3 itself, from threads of this process, as Amber drives it
-    (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
-    using botocore, in CPU per request of the caller."""
+def boto3_phase(
+    args: argparse.Namespace, s3: S3Side, kind: str, start: int, client: str = "boto3"
+) -> dict[str, Any]:
+    """The S3 server driven by a Python client from threads of this process, as Amber drives
+    it (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
+    using that client, in CPU per request of the caller. ``client``: "boto3", or "lean"
+    (archive/blobstore/s3_lean.py, Amber's default data path)."""
     import hashlib
     import threading
 
     body = os.urandom(PASSAGE_BYTES)
-    checksum = base64.b64encode(hashlib.sha256(body).digest()).decode("ascii")
+    digest = hashlib.sha256(body).digest()
+    checksum = base64.b64encode(digest).decode("ascii")
+    lean = _lean_client(args, s3) if client == "lean" else None
     state = {"measuring": False, "stop": False}
     counts: list[int] = []
     lock = threading.Lock()
@@ -325,7 +330,13 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     def work() -> None:
         done = 0
         while not state["stop"]:
-            if kind == "write":
+            if lean is not None and kind == "write":
+                with lock:
+                    n = next(sequence)
+                lean.put_object(f"objects/{n:08d}", body, digest, {})
+            elif lean is not None:
+                lean.get_object(f"objects/{random.randrange(OBJECTS):08d}", None)
+            elif kind == "write":
                 with lock:
                     n = next(sequence)
                 s3.client.put_object(
@@ -358,6 +369,8 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     cpu1 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
     for thread in threads:
         thread.join()
+    if lean is not None:
+        lean.close()
     count = sum(counts)
     used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
     return {
@@ -376,6 +389,24 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     }
 
 
+def _lean_client(args: argparse.Namespace, s3: S3Side) -> Any:
+    from botocore.credentials import Credentials
+
+    sys.path.insert(0, str(args.amber_root))
+    from archive.blobstore.s3_lean import LeanS3
+
+    server = s3.server
+    return LeanS3(
+        server.endpoint_url,
+        "us-east-1",
+        s3.bucket,
+        Credentials(server.access_key, server.secret_key),
+        pool_size=args.concurrency,
+        connect_timeout=5.0,
+        read_timeout=30.0,
+    )
+
+
 def start_amber(
     workers: int, database_url: str, s3: S3Side, work: Path, args: argparse.Namespace
 ) -> Server:
@@ -389,6 +420,7 @@ def start_amber(
             "AMBER_KEY_SECRET": "bench-production-" + "x" * 32,
             "AMBER_RATE_LIMIT_PER_SECOND": "1000000000",
             "AMBER_RATE_LIMIT_BURST": "1000000000",
+            "AMBER_S3_CLIENT": args.s3_client,
             **s3.server.env(),
         },
         args.amber_root,
@@ -492,10 +524,11 @@ def run_workers(
         for n in range(1, args.rounds + 1):
             order = ["write", "resolve"] if n % 2 else ["resolve", "write"]
             for kind in order:
-                targets = ["amber", "s3", *(["boto3"] if args.boto3 else [])]
+                floors = [*(["boto3"] if args.boto3 else []), *(["lean"] if args.lean else [])]
+                targets = ["amber", "s3", *floors]
                 for target in targets if n % 2 else targets[::-1]:
-                    if target == "boto3":
-                        result = boto3_phase(args, s3, kind, s3.written)
+                    if target in ("boto3", "lean"):
+                        result = boto3_phase(args, s3, kind, s3.written, target)
                         s3.written += int(result["requests"] * 1.5) + 100000
                         phase = Phase(workers=workers, round=n, target=target, kind=kind, **result)
                         phases.append(phase)
@@ -547,6 +580,7 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
         for kind in ("write", "resolve"):
             mine = [p for p in phases if p.workers == workers and p.kind == kind]
             boto3 = [p for p in mine if p.target == "boto3" and p.rps]
+            lean = [p for p in mine if p.target == "lean" and p.rps]
             ratios = []
             for n in sorted({p.round for p in mine}):
                 amber = [p for p in mine if p.round == n and p.target == "amber"]
@@ -575,6 +609,10 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
                     "boto3_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in boto3)
                     if boto3
                     else None,
+                    "lean_rps": median("lean", "rps") if lean else None,
+                    "lean_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in lean)
+                    if lean
+                    else None,
                     "noisy": any(p.other_cpu > NOISY_OTHER_CPU for p in mine),
                 }
             )
@@ -600,6 +638,12 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
                 if r["boto3_rps"]
                 else ""
             )
+            + (
+                f"\n{'':>16}lean client from threads: {r['lean_rps']:.0f} req/s, "
+                f"{r['lean_cpu_ms']:.2f} ms CPU per request in the caller"
+                if r["lean_rps"]
+                else ""
+            )
         )
 
 
@@ -613,6 +657,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES)
     parser.add_argument("--amber-root", type=Path, default=REPO_ROOT, help="code to measure")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--s3-client",
+        choices=["lean", "botocore"],
+        default="lean",
+        help="Amber's AMBER_S3_CLIENT (lean: archive/blobstore/s3_lean.py; botocore: boto3)",
+    )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="also drive the S3 server with Amber's lean client from threads of this process",
+    )
     parser.add_argument(
         "--boto3",
         action="store_true",
