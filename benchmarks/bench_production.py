@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import random
@@ -314,8 +315,8 @@ def boto3_phase(
     """The S3 server driven by a Python client from threads of this process, as Amber drives
     it (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
     using that client, in CPU per request of the caller. ``client``: "boto3", or "lean"
-    (archive/blobstore/s3_lean.py, Amber's default data path)."""
-    import hashlib
+    (archive/blobstore/s3_lean.py, Amber's default data path; its writes use Amber's key
+    layout, so their S3 CPU per request is what Amber's PUTs cost the server)."""
     import threading
 
     body = os.urandom(PASSAGE_BYTES)
@@ -333,7 +334,7 @@ def boto3_phase(
             if lean is not None and kind == "write":
                 with lock:
                     n = next(sequence)
-                lean.put_object(f"objects/{n:08d}", body, digest, {})
+                lean.put_object(_amber_layout(n), body, digest, {})
             elif lean is not None:
                 lean.get_object(f"objects/{random.randrange(OBJECTS):08d}", None)
             elif kind == "write":
@@ -387,6 +388,13 @@ def boto3_phase(
         "other_cpu": max(0.0, used[2] - used[0] - used[1]) / seconds,
         "statuses": {},
     }
+
+
+def _amber_layout(n: int) -> str:
+    """A key shaped as Amber's blob keys (``blobs/<2 hex>/<2 hex>/<64 hex>``, spread as
+    hashes spread), so the lean floor's writes cost the S3 server what Amber's cost it."""
+    digest = hashlib.sha256(n.to_bytes(8, "big")).hexdigest()
+    return f"lean/blobs/{digest[:2]}/{digest[2:4]}/{digest}"
 
 
 def _lean_client(args: argparse.Namespace, s3: S3Side) -> Any:

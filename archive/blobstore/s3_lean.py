@@ -120,9 +120,9 @@ class LeanS3:
         self._credentials = credentials
         self._keys = SigningKeys(region)
         default_port = 443 if parts.scheme == "https" else 80
-        self._host = parts.netloc.rsplit("@", 1)[-1]
+        self._host = parts.netloc.rsplit("@", 1)[-1]  # as urllib3 would send it
         if parts.port == default_port:
-            self._host = parts.hostname
+            self._host = self._host.removesuffix(f":{default_port}")
         self._bucket_path = f"{parts.path.rstrip('/')}/{_quote(bucket)}/"
         options: dict[str, Any] = {}
         if parts.scheme == "https":
@@ -250,6 +250,7 @@ class LeanS3:
             redirect=False,
             assert_same_host=False,
             preload_content=True,
+            decode_content=False,  # the stored bytes as they are: verify() hashes them
         )
         return Response(answer.status, answer.headers, answer.data)
 
