@@ -18,6 +18,7 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,6 +35,7 @@ from fixtures_s3 import (
 from moto.server import ThreadedMotoServer
 from urllib3.exceptions import NewConnectionError, ProtocolError, ReadTimeoutError
 
+from archive.blobstore.base import StoredBlob
 from archive.blobstore.s3 import S3BlobStore
 from archive.blobstore.s3_client import is_transient
 from archive.blobstore.s3_lean import LeanS3, Response, TruncatedBody
@@ -489,3 +491,29 @@ def test_from_settings_picks_the_client(monkeypatch: pytest.MonkeyPatch) -> None
     plain.close()
     with pytest.raises(ConfigurationError, match="AMBER_S3_CLIENT"):
         Settings(blob_store="s3://bucket/p", s3_client="curl")
+
+
+def test_identical_concurrent_puts_share_one_upload_and_never_back_off(
+    lean_bucket: S3Bucket,
+) -> None:
+    putters = 8
+    slept: list[float] = []
+    lean = lean_client(lean_bucket)
+    faults = Faults(lean)
+    store = lean_store(lean_bucket, lean=lean, sleep=slept.append)
+    started = threading.Barrier(putters)
+
+    def put() -> StoredBlob:
+        started.wait()
+        return store.put(DATA)
+
+    try:
+        with ThreadPoolExecutor(putters) as pool:
+            stored = list(pool.map(lambda _: put(), range(putters)))
+        assert slept == [], "no put waited out a conflict"
+        assert {s.address for s in stored} == {content_address(DATA)}
+        assert sum(s.created for s in stored) == 1
+        assert faults.sends["PUT"] < putters, "concurrent identical puts shared an upload"
+        assert_stored_once(lean_bucket, store)
+    finally:
+        store.close()
