@@ -517,3 +517,22 @@ def test_identical_concurrent_puts_share_one_upload_and_never_back_off(
         assert_stored_once(lean_bucket, store)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("sse", "kms_key"), [("AES256", None), ("aws:kms", "alias/amber")], ids=["sse-s3", "sse-kms"]
+)
+def test_server_side_encryption_on_every_put(
+    moto_server_bucket: S3Bucket, sse: str, kms_key: str | None
+) -> None:
+    """The lean PUT asks for SSE as boto3 would; moto's server records what it was asked."""
+    from archive.blobstore.s3_client import encryption_params
+
+    store = lean_store(moto_server_bucket, encryption=encryption_params(sse, kms_key))
+    stored = store.put(DATA)
+    head = moto_server_bucket.client.head_object(
+        Bucket=moto_server_bucket.name, Key=store.key_for(stored.address)
+    )
+    assert head["ServerSideEncryption"] == sse
+    if kms_key is not None:
+        assert head["SSEKMSKeyId"].endswith(kms_key)
