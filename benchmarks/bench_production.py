@@ -21,6 +21,11 @@ Ratios are Amber / S3 throughput of the same round (goals, issue #20: resolve >=
 write >= 0.5). Each phase also reports CPU per request of Amber (all its worker
 processes), of PostgreSQL (every ``postgres`` process of the machine: other users of the
 database are noise, shown by ``other``) and of the S3 server.
+
+``--s3-client lean|botocore`` sets Amber's ``AMBER_S3_CLIENT`` (before and after from one
+tree); ``--boto3`` and ``--lean`` add the S3 server driven from 16 threads of this process
+by boto3, or by Amber's lean client (archive/blobstore/s3_lean.py) with Amber's key layout:
+the floor of a Python caller using that client.
 """
 
 from __future__ import annotations
