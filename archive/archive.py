@@ -24,7 +24,7 @@ from archive.base_url import (
 )
 from archive.blobstore import BlobStore, open_blob_store
 from archive.citations import CitationDesk, TranscriptBook
-from archive.citations.textmemory import TextMemory
+from archive.citations.textmemory import TextMemory, erasure_generation_of
 from archive.committer import CommitCounts
 from archive.config import Settings
 from archive.dates import to_rfc3339
@@ -90,10 +90,9 @@ class Archive:
             absolute=timedelta(hours=settings.session_max_hours),
         )
         self.transcripts = TranscriptBook(index, settings.citations)
-        # This process's text caches, told of erasures (here at once, elsewhere by signal).
-        self.text_memory = TextMemory(
-            index.erasure_generation if index.erasures_signalled else None
-        )
+        # This process's text caches, told of erasures (here at once, elsewhere by signal
+        # on SQLite or the deletions generation row on PostgreSQL).
+        self.text_memory = TextMemory(erasure_generation_of(index))
         self.retention = Retention(
             self.index, self.blobs, settings.citations, forget_text=self.text_memory.forget
         )
