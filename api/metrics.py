@@ -22,6 +22,7 @@ from api.fastpath import MementoRoute
 from api.models import ERROR_RESPONSES
 from archive.access.keys import Principal, Role
 from archive.archive import Archive
+from archive.blobstore.diskcache import DiskCachedBlobStore
 from archive.citations.extract import cached_entries
 from archive.workermetrics import COUNTER, GAUGE, Figure, WorkerBoard, render
 
@@ -82,6 +83,32 @@ def collect(archive: Archive, route: MementoRoute) -> list[Figure]:
             cached_entries(),
         ),
     ]
+    disk = archive.blobs
+    if isinstance(disk, DiskCachedBlobStore):
+        entries, size, budget = disk.usage()
+        figures += [
+            Figure("amber_blob_disk_cache_hits_total", COUNTER, "Blob reads from disk.", disk.hits),
+            Figure(
+                "amber_blob_disk_cache_misses_total",
+                COUNTER,
+                "Blob reads from the store.",
+                disk.misses,
+            ),
+            Figure(
+                "amber_blob_disk_cache_dropped_total",
+                COUNTER,
+                "Entries dropped because they did not match their address.",
+                disk.dropped,
+            ),
+            Figure("amber_blob_disk_cache_entries", GAUGE, "Blobs on disk.", entries),
+            Figure("amber_blob_disk_cache_bytes", GAUGE, "Their bytes.", size),
+            Figure(
+                "amber_blob_disk_cache_budget_bytes",
+                GAUGE,
+                "AMBER_BLOB_DISK_CACHE_MB in bytes.",
+                budget,
+            ),
+        ]
     cache = route.served_cache()
     if cache is not None:
         entries, weight, budget = cache.usage()

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from fixtures_s3 import S3Bucket
 
+from api.app import create_app
 from archive.archive import Archive
 from archive.blobstore.diskcache import DiskCachedBlobStore, with_disk_cache
 from archive.blobstore.local import LocalBlobStore
@@ -190,6 +192,11 @@ def test_an_erasure_in_one_process_empties_anothers_disk_cache(
         eraser.retention.erase("default", erased.id, "takedown", "admin")
         assert reader.read_content(kept) == b"kept bytes"  # its next read
         assert not _file(reader.blobs, address).exists()
+        with TestClient(create_app(settings, archive=reader, auth=False)) as client:
+            figures = client.get("/metrics").text.splitlines()
+        assert "amber_blob_disk_cache_hits_total 1" in figures
+        assert "amber_blob_disk_cache_misses_total 2" in figures
+        assert "amber_blob_disk_cache_entries 1" in figures  # the kept bytes only
     finally:
         eraser.close()
         reader.close()
