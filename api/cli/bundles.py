@@ -80,9 +80,14 @@ def verify_bundle(bundle: Path, vkey: str, tsa_ca: Path | None, wacz_key: Path |
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--tool", default="warc-import", show_default=True, help="Capture tool recorded.")
 @click.option("--tenant", default="default", show_default=True)
-def import_archive(source: Path, tool: str, tenant: str) -> None:
+@click.option(
+    "--transcript",
+    help="Restore an Amber bundle's citations into this transcript (default: the one each names).",
+)
+def import_archive(source: Path, tool: str, tenant: str, transcript: str | None) -> None:
     """Store every response and resource record of a WARC (.warc, .warc.gz) or WACZ as a
-    memento; idempotent. Prints a summary: records read, stored, already present, skipped.
+    memento, then the citations an Amber bundle states; idempotent. Prints a summary:
+    records read, stored, already present, skipped; citations stored, present, skipped.
 
     To cite from imported mementos, add the --tool name to [citations] evidence_sources.
 
@@ -96,8 +101,13 @@ def import_archive(source: Path, tool: str, tenant: str) -> None:
         if sys.stderr.isatty():
             with click.progressbar(length=0, label="records", file=sys.stderr) as bar:
                 summary = import_file(
-                    archive, source, tenant=tenant, tool=tool, progress=bar.update
+                    archive,
+                    source,
+                    tenant=tenant,
+                    tool=tool,
+                    transcript=transcript,
+                    progress=bar.update,
                 )
         else:
-            summary = import_file(archive, source, tenant=tenant, tool=tool)
+            summary = import_file(archive, source, tenant=tenant, tool=tool, transcript=transcript)
     echo_json(summary.as_dict())

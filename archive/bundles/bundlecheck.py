@@ -374,6 +374,8 @@ def _compare_citation(statement: dict[str, Any], entry: dict[str, Any]) -> None:
         ("selector", {"start": position["start"], "end": position["end"]}),
         ("run_id", entry["run_id"]),
         ("created_at", entry["created_at"]),
+        ("document_sha256", entry.get("document_sha256")),
+        ("quote_sha256", entry.get("quote_sha256")),
     )
     for key, value in pairs:
         if statement.get(key) != value:

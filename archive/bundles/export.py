@@ -223,7 +223,7 @@ def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[i
                 passages.add(out.tell())
             out.write(_memento_record(memento, archive.read_content(memento)))
         for row in by_passage.get(memento.id, []):
-            out.write(_citation_record(row, refers_to))
+            out.write(_citation_record(state, row, refers_to))
     return out.getvalue(), ids, passages
 
 
@@ -272,9 +272,12 @@ def _reason(status: int) -> str:
         return ""
 
 
-def citation_facts(row: Any) -> dict[str, Any]:
-    """What a citation's metadata record and its citations.jsonl line both state."""
+def citation_facts(row: Any, statement: str | None) -> dict[str, Any]:
+    """What a citation's metadata record and its citations.jsonl line both state: enough to
+    restore its row on import (archive/bundles/citationimport.py), with the SHA-256 digests
+    its log leaf attests (``statement``; None without a log or once erased)."""
     selector = json.loads(row.selector_json) if row.selector_json else {}
+    logged = json.loads(statement) if statement else {}
     return {
         "citation_id": row.id,
         "transcript_id": row.transcript_id,
@@ -285,7 +288,11 @@ def citation_facts(row: Any) -> dict[str, Any]:
         "document_size": row.document_size,
         "document_uri_r": row.document_uri_r,
         "document_captured_at": to_rfc3339(row.document_captured_at),
+        "document_media_type": row.document_media_type,
+        "document_sha256": logged.get("document_sha256"),
         "quote_hash": row.quote_hash,
+        "quote_sha256": logged.get("quote_sha256"),
+        "source_ids": json.loads(row.source_ids_json),
         "selectors": [
             {
                 "type": "TextQuoteSelector",
@@ -303,8 +310,13 @@ def citation_facts(row: Any) -> dict[str, Any]:
     }
 
 
-def _citation_record(row: Any, refers_to: str | None) -> bytes:
-    body = _dumps(citation_facts(row))
+def _statement(state: _State, row: Any) -> str | None:
+    leaf = state.leaves.get(("citation", row.id))
+    return None if leaf is None else leaf.statement
+
+
+def _citation_record(state: _State, row: Any, refers_to: str | None) -> bytes:
+    body = _dumps(citation_facts(row, _statement(state, row)))
     headers = [
         ("WARC-Type", "metadata"),
         ("WARC-Record-ID", record_id("citation", row.id)),
@@ -363,7 +375,7 @@ def _pages(state: _State) -> bytes:
 def _citations_file(state: _State, record_ids: dict[str, str]) -> bytes:
     lines = []
     for row in state.citations:
-        entry = citation_facts(row)
+        entry = citation_facts(row, _statement(state, row))
         entry["warc_record_id"] = record_ids.get(row.passage_memento_id)
         entry["metadata_record_id"] = record_id("citation", row.id)
         leaf = state.leaves.get(("citation", row.id))
