@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -19,13 +18,6 @@ from archive.bundles.export import export_bundle
 
 router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"], route_class=BudgetedRoute)
 auditors = require(Role.AUDITOR, Role.ADMIN)
-CHUNK = 1 << 20
-
-
-def _chunks(data: bytes) -> Iterator[bytes]:
-    for start in range(0, len(data), CHUNK):
-        yield data[start : start + CHUNK]
-
 
 @router.get(
     "/{transcript_id}/export",
@@ -40,15 +32,16 @@ async def export_transcript(
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> StreamingResponse:
     bundle = await run_in_threadpool(export_bundle, archive, principal.tenant, transcript_id)
+    # Streamed from its spooled file, which the last chunk (or a disconnect) closes.
     audit_read(request, principal, "transcript.export", transcript_id)
     for memento_id in bundle.mementos:  # the bundle hands out every memento's bytes
         audit_read(request, principal, "memento.export", memento_id)
     name = "".join(c if c.isalnum() or c in "._-" else "_" for c in transcript_id)
     return StreamingResponse(
-        _chunks(bundle.data),
+        bundle.chunks(),
         media_type="application/wacz",
         headers={
             "Content-Disposition": f'attachment; filename="{name}.wacz"',
-            "Content-Length": str(len(bundle.data)),
+            "Content-Length": str(bundle.size),
         },
     )

@@ -12,6 +12,7 @@ import io
 import random
 import tempfile
 import time
+import tracemalloc
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,6 +75,10 @@ def bench_export(pages: int, quotes: int) -> None:
             started = time.perf_counter()
             bundle = export_bundle(archive, "default", "t-bench")
             export_s = time.perf_counter() - started
+            tracemalloc.start()
+            export_bundle(archive, "default", "t-bench")
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
             started = time.perf_counter()
             plain = io.BytesIO()
             with zipfile.ZipFile(plain, "w") as out:
@@ -88,6 +93,10 @@ def bench_export(pages: int, quotes: int) -> None:
     print(
         f"  bundle {len(bundle.data)} bytes ({len(bundle.data) / 1024:.0f} KiB), "
         f"{len(bundle.mementos)} mementos"
+    )
+    print(
+        f"  peak Python memory of an export (tracemalloc) {peak / 1024 / 1024:.1f} MiB, "
+        f"{peak / len(bundle.data):.2f}x the bundle"
     )
     print(
         f"  export {export_s * 1000:.0f} ms; baseline (read the same mementos, plain zip) "

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from api.cli import main
 from archive.archive import Archive
-from archive.bundles import bundlecheck, warcfile
+from archive.bundles import bundlecheck, export, warcfile
 from archive.bundles.bundlecheck import canonical_zip, digest_document, verify_bundle
 from archive.bundles.export import export_bundle, sign_hash
 from archive.citations import CitationRequest, QuoteRequest, SourceRequest
@@ -199,6 +199,28 @@ def test_the_api_streams_the_same_bundle(archive: Archive) -> None:
     assert got.status_code == 200 and got.headers["content-type"] == "application/wacz"
     assert got.content == export_bundle(archive, "default", "t-1").data
     assert missing.status_code == 404
+
+
+def test_a_bundle_spilled_to_disk_is_the_same_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export streams records into spooled files: past the spool size they go to disk,
+    and the bytes are those of the same bundle kept in memory."""
+    opened = Archive.open(settings_for(tmp_path / "amber-data"))
+    try:
+        populate(opened)
+        in_memory = export_bundle(opened, "default", "t-1")
+        monkeypatch.setattr(export, "SPOOL", 512)
+        bundle = export_bundle(opened, "default", "t-1")
+        spilled = bundle.file._rolled  # type: ignore[attr-defined]
+        data = b"".join(bundle.chunks(1000))
+        vkey = opened.evidence_log().signer.vkey()
+    finally:
+        opened.close()
+    assert spilled and not in_memory.file._rolled  # type: ignore[attr-defined]
+    assert bundle.file.closed and len(data) == bundle.size > 512
+    assert data == in_memory.data
+    assert verify_bundle(data, vkey).ok
 
 
 def test_the_cli_exports_verifies_and_fails_with_exit_1(tmp_path: Path) -> None:

@@ -31,11 +31,10 @@ def export(transcript_id: str | None, output: Path | None, tenant: str, print_ke
             raise click.UsageError("give --transcript ID and -o FILE.wacz (or --print-key)")
         bundle = export_bundle(archive, tenant, transcript_id)
     partial = output.with_name(output.name + ".partial")
-    partial.write_bytes(bundle.data)
+    with partial.open("wb") as out:
+        bundle.write_to(out)
     os.replace(partial, output)  # never a half-written bundle under the final name
-    click.echo(
-        f"wrote {output} ({len(bundle.data)} bytes, {len(bundle.mementos)} mementos)", err=True
-    )
+    click.echo(f"wrote {output} ({bundle.size} bytes, {len(bundle.mementos)} mementos)", err=True)
 
 
 @click.command("verify-bundle")

@@ -18,12 +18,13 @@ import binascii
 import hashlib
 import io
 import json
+import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -62,12 +63,26 @@ except ImportError:  # copied out beside proofcheck.py and warcfile.py
 
 CITATIONS = "citations/citations.jsonl"
 UNSIGNED = {"datapackage.json", "datapackage-digest.json"}
+COPY_CHUNK = 1 << 20
+
+
+# An entry's bytes, or a stream of them and its length (export streams the WARC).
+Entry = bytes | tuple[IO[bytes], int]
 
 
 def canonical_zip(files: dict[str, bytes], created: str) -> bytes:
-    """The one zip layout of a bundle: entries sorted and stored, every timestamp the
-    datapackage's ``created``. Export writes it; the check rebuilds it and compares bytes,
-    so no zip field (dates, attributes, extra data) can change unnoticed."""
+    """The one zip layout of a bundle (:func:`write_canonical_zip`), in memory."""
+    out = io.BytesIO()
+    write_canonical_zip(out, dict(files), created)
+    return out.getvalue()
+
+
+def write_canonical_zip(out: IO[bytes], files: Mapping[str, Entry], created: str) -> None:
+    """The one zip layout of a bundle, written to a seekable ``out``: entries sorted and
+    stored, every timestamp the datapackage's ``created``. Export writes it; the check
+    rebuilds it and compares bytes, so no zip field (dates, attributes, extra data) can
+    change unnoticed. A streamed entry is written as its bytes would be: its size is set
+    first, and a seekable ``out`` needs no data descriptor."""
     moment = datetime.fromisoformat(created.replace("Z", "+00:00")).astimezone(UTC)
     stamp = (
         max(moment.year, 1980),
@@ -77,15 +92,19 @@ def canonical_zip(files: dict[str, bytes], created: str) -> bytes:
         moment.minute,
         moment.second,
     )
-    out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as bundle:
         for path in sorted(files):
             info = zipfile.ZipInfo(path, date_time=stamp)
             info.compress_type = zipfile.ZIP_STORED  # WACZ: WARCs stay seekable
             info.create_system = 3
             info.external_attr = 0o644 << 16
-            bundle.writestr(info, files[path])
-    return out.getvalue()
+            entry = files[path]
+            if isinstance(entry, bytes):
+                bundle.writestr(info, entry)
+                continue
+            stream, info.file_size = entry
+            with bundle.open(info, "w") as sink:
+                shutil.copyfileobj(stream, sink, COPY_CHUNK)
 
 
 def digest_document(

@@ -13,20 +13,22 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from sqlalchemy import Connection, select
 
-from archive.bundles.bundlecheck import canonical_zip, digest_document
+from archive.bundles.bundlecheck import Entry, digest_document, write_canonical_zip
 from archive.bundles.warcfile import http_block, record_bytes
 from archive.dates import to_rfc3339
 from archive.exceptions import NotYetCheckpointed, TranscriptNotFound
@@ -49,12 +51,45 @@ CITATIONS = "citations/citations.jsonl"
 RENAMED_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 ORIG_PREFIX = "X-Archive-Orig-"
 RECORD_NAMESPACE = uuid.UUID("6f0b1d4e-3c35-5d0e-9a59-616d62657231")
+WARC = "archive/data.warc.gz"
+CHUNK = 1 << 20
+SPOOL = 8 << 20  # bytes of a WARC or a bundle kept in memory before it spills to disk
 
 
 @dataclass(frozen=True)
 class Bundle:
-    data: bytes
+    """A bundle written to a spooled temporary file: in memory up to ``SPOOL`` bytes, then
+    on disk, so an export's memory does not grow with the bundle. Read it once with
+    :meth:`chunks` (which closes it) or :meth:`write_to`; :attr:`data` is for small ones."""
+
+    file: IO[bytes]
+    size: int
     mementos: list[str]  # every memento id in it, for the read audit
+
+    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
+        try:
+            self.file.seek(0)
+            while chunk := self.file.read(size):
+                yield chunk
+        finally:
+            self.file.close()
+
+    def write_to(self, out: IO[bytes]) -> None:
+        with self.file:
+            self.file.seek(0)
+            shutil.copyfileobj(self.file, out, CHUNK)
+
+    @property
+    def data(self) -> bytes:
+        self.file.seek(0)
+        return self.file.read()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _spooled() -> IO[bytes]:
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL)
 
 
 def record_id(kind: str, subject: str) -> str:
@@ -185,18 +220,30 @@ def export_bundle(archive: Archive, tenant: str, transcript_id: str) -> Bundle:
         state = _gather(archive, tenant, transcript_id)
     if state.leaves and state.checkpoint is None:
         raise NotYetCheckpointed("the transcript's leaves are not in a signed checkpoint yet")
-    files: dict[str, bytes] = {}
-    warc, record_ids, passages = _warc(archive, state)
-    files["archive/data.warc.gz"] = warc
-    files["indexes/index.cdx"] = _cdxj(warc, passages)
-    files["pages/pages.jsonl"] = _pages(state)
-    files[CITATIONS] = _citations_file(state, record_ids)
-    files.update(_proofs(state))
-    key = load_wacz_key(archive.settings.data_dir)
-    datapackage = _datapackage(state, files)
-    files["datapackage.json"] = datapackage
-    files["datapackage-digest.json"] = _digest(state, datapackage, key)
-    return Bundle(canonical_zip(files, to_rfc3339(state.changed)), sorted(state.mementos))
+    with _spooled() as warc:
+        warc_hash, record_ids, passages = _warc(archive, state, warc)
+        files: dict[str, Entry] = {}
+        sizes = {WARC: (warc_hash, warc.tell())}
+        files["indexes/index.cdx"] = _cdxj(warc, passages)
+        files["pages/pages.jsonl"] = _pages(state)
+        files[CITATIONS] = _citations_file(state, record_ids)
+        files.update(_proofs(state))
+        for path, data in files.items():
+            assert isinstance(data, bytes)
+            sizes[path] = ("sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+        key = load_wacz_key(archive.settings.data_dir)
+        datapackage = _datapackage(state, sizes)
+        files["datapackage.json"] = datapackage
+        files["datapackage-digest.json"] = _digest(state, datapackage, key)
+        warc.seek(0)
+        files[WARC] = (warc, sizes[WARC][1])
+        out = _spooled()
+        try:
+            write_canonical_zip(out, files, to_rfc3339(state.changed))
+        except BaseException:
+            out.close()
+            raise
+    return Bundle(out, out.tell(), sorted(state.mementos))
 
 
 def _dumps(value: Any) -> bytes:
@@ -207,9 +254,10 @@ def _ordered(state: _State) -> list[Memento]:
     return sorted(state.mementos.values(), key=lambda m: (m.captured_at, m.uri_r, m.id))
 
 
-def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[int]]:
-    """The WARC, each memento's record id, and the offsets of passage records."""
-    out = io.BytesIO()
+def _warc(archive: Archive, state: _State, out: IO[bytes]) -> tuple[str, dict[str, str], set[int]]:
+    """Write the WARC to ``out`` one record at a time (one memento's bytes in memory);
+    its SHA-256, each memento's record id, and the offsets of passage records."""
+    hasher = hashlib.sha256()
     passages: set[int] = set()
     ids: dict[str, str] = {}
     by_passage: dict[str, list[Any]] = {}
@@ -221,10 +269,15 @@ def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[i
             refers_to = ids[memento.id] = record_id("memento", memento.id)
             if memento.scope.value == "passage":
                 passages.add(out.tell())
-            out.write(_memento_record(memento, archive.read_content(memento)))
+            _write(out, hasher, _memento_record(memento, archive.read_content(memento)))
         for row in by_passage.get(memento.id, []):
-            out.write(_citation_record(state, row, refers_to))
-    return out.getvalue(), ids, passages
+            _write(out, hasher, _citation_record(state, row, refers_to))
+    return "sha256:" + hasher.hexdigest(), ids, passages
+
+
+def _write(out: IO[bytes], hasher: Any, record: bytes) -> None:
+    out.write(record)
+    hasher.update(record)
 
 
 def _memento_record(memento: Memento, content: bytes) -> bytes:
@@ -330,17 +383,16 @@ def _citation_record(state: _State, row: Any, refers_to: str | None) -> bytes:
     return record_bytes(headers, body, body)
 
 
-def _cdxj(warc: bytes, passages: set[int]) -> bytes:
+def _cdxj(warc: IO[bytes], passages: set[int]) -> bytes:
     """CDXJ of the replayable records. A passage shares its document's URI-R and datetime:
     where the document is in the bundle, the passage is left out of the index, so a replay
     tool shows the page, not the extracted text around a quote."""
     from cdxj_indexer import CDXJIndexer
 
     out = io.StringIO()
-    source = io.BytesIO(warc)
-    source.name = "data.warc.gz"
+    warc.seek(0)
     CDXJIndexer(
-        out, [source], sort=True, filename="data.warc.gz", records="response,revisit,resource"
+        out, [warc], sort=True, filename="data.warc.gz", records="response,revisit,resource"
     ).process_all()
     lines = sorted(line for line in out.getvalue().splitlines() if line)
     parsed = [(line, line.split(" ", 2), json.loads(line.split(" ", 2)[2])) for line in lines]
@@ -431,15 +483,11 @@ def _proofs(state: _State) -> dict[str, bytes]:
     return files
 
 
-def _datapackage(state: _State, files: dict[str, bytes]) -> bytes:
+def _datapackage(state: _State, sizes: dict[str, tuple[str, int]]) -> bytes:
+    """``sizes``: every entry's ``sha256:`` hash and length."""
     resources = [
-        {
-            "name": os.path.basename(path),
-            "path": path,
-            "hash": "sha256:" + hashlib.sha256(data).hexdigest(),
-            "bytes": len(data),
-        }
-        for path, data in sorted(files.items())
+        {"name": os.path.basename(path), "path": path, "hash": digest, "bytes": size}
+        for path, (digest, size) in sorted(sizes.items())
     ]
     package = {
         "profile": "data-package",
