@@ -16,7 +16,18 @@ from api.cli.shared import echo_json, opened
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tenant", default="default", show_default=True)
 @click.option("--print-key", is_flag=True, help="Print the bundle signing public key (PEM).")
-def export(transcript_id: str | None, output: Path | None, tenant: str, print_key: bool) -> None:
+@click.option(
+    "--consistent-to",
+    type=click.IntRange(min=1),
+    help="Also carry the log checkpoint of this size and the consistency proof to it.",
+)
+def export(
+    transcript_id: str | None,
+    output: Path | None,
+    tenant: str,
+    print_key: bool,
+    consistent_to: int | None,
+) -> None:
     """Write a transcript's evidence as a signed WACZ 1.1.1 audit bundle.
 
     Example: amber export --transcript t-1 -o t-1.wacz
@@ -29,7 +40,7 @@ def export(transcript_id: str | None, output: Path | None, tenant: str, print_ke
             return
         if not transcript_id or output is None:
             raise click.UsageError("give --transcript ID and -o FILE.wacz (or --print-key)")
-        bundle = export_bundle(archive, tenant, transcript_id)
+        bundle = export_bundle(archive, tenant, transcript_id, consistent_to=consistent_to)
     partial = output.with_name(output.name + ".partial")
     with partial.open("wb") as out:
         bundle.write_to(out)

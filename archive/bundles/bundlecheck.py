@@ -39,6 +39,7 @@ try:  # installed with Amber
         Verifier,
         leaf_hash,
         parse_tlog_proof,
+        verify_consistency,
         verify_inclusion,
         verify_note,
         verify_timestamp,
@@ -50,6 +51,7 @@ except ImportError:  # copied out beside proofcheck.py and warcfile.py
         Verifier,
         leaf_hash,
         parse_tlog_proof,
+        verify_consistency,
         verify_inclusion,
         verify_note,
         verify_timestamp,
@@ -63,6 +65,10 @@ except ImportError:  # copied out beside proofcheck.py and warcfile.py
 
 CITATIONS = "citations/citations.jsonl"
 UNSIGNED = {"datapackage.json", "datapackage-digest.json"}
+# Present when the export was asked for a later checkpoint: its note, and the RFC 9162
+# consistency proof to it from proofs/checkpoint.txt.
+LATER_CHECKPOINT = "proofs/later-checkpoint.txt"
+CONSISTENCY = "proofs/consistency.json"
 COPY_CHUNK = 1 << 20
 
 
@@ -163,6 +169,7 @@ def verify_bundle(
         report.records = len(records)
         verifier = Verifier.parse(vkey)
         checkpoint = _check_checkpoint(files, verifier, tsa_ca)
+        _check_consistency(files, verifier, checkpoint)
         entries = _entries(files)
         _check_one_set(entries, records)
     except (BundleError, ProofError, WarcError) as exc:
@@ -309,6 +316,28 @@ def _check_checkpoint(
             raise BundleError("a TSA certificate was given but the checkpoint has no timestamp")
         verify_timestamp(stamp, note_bytes, tsa_ca)
     return checkpoint
+
+
+def _check_consistency(files: dict[str, bytes], verifier: Verifier, pinned: Checkpoint) -> None:
+    """A later checkpoint, when the bundle holds one, is signed by the vkey and extends the
+    bundle's checkpoint (its consistency proof checks out)."""
+    note, proof = files.get(LATER_CHECKPOINT), files.get(CONSISTENCY)
+    if note is None and proof is None:
+        return
+    if note is None or proof is None:
+        raise BundleError(f"{LATER_CHECKPOINT} and {CONSISTENCY} come together")
+    later = Checkpoint.parse(verify_note(note.decode("utf-8"), verifier))
+    if later.origin != verifier.name:
+        raise ProofError("the later checkpoint's origin is not the verifier key's name")
+    stated = _json(proof, CONSISTENCY)
+    try:
+        sizes = (stated["old_size"], stated["new_size"])
+        hashes = [base64.b64decode(h, validate=True) for h in stated["proof"]]
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        raise BundleError(f"{CONSISTENCY} is not a consistency proof") from None
+    if sizes != (pinned.size, later.size):
+        raise ProofError("the consistency proof is not between the bundle's two checkpoints")
+    verify_consistency(pinned.size, later.size, hashes, pinned.root, later.root)
 
 
 def _entries(files: dict[str, bytes]) -> list[dict[str, Any]]:

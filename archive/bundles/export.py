@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -28,10 +28,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from sqlalchemy import Connection, select
 
-from archive.bundles.bundlecheck import Entry, digest_document, write_canonical_zip
+from archive.bundles.bundlecheck import (
+    CONSISTENCY,
+    LATER_CHECKPOINT,
+    Entry,
+    digest_document,
+    write_canonical_zip,
+)
 from archive.bundles.warcfile import http_block, record_bytes
 from archive.dates import to_rfc3339
-from archive.exceptions import NotYetCheckpointed, TranscriptNotFound
+from archive.exceptions import InvalidInput, NotFound, NotYetCheckpointed, TranscriptNotFound
 from archive.index.schema import citations, log_checkpoints, log_leaves, transcripts
 from archive.log import tree
 from archive.log.proofcheck import format_tlog_proof
@@ -53,7 +59,7 @@ ORIG_PREFIX = "X-Archive-Orig-"
 RECORD_NAMESPACE = uuid.UUID("6f0b1d4e-3c35-5d0e-9a59-616d62657231")
 WARC = "archive/data.warc.gz"
 CHUNK = 1 << 20
-SPOOL = 8 << 20  # bytes of a WARC or a bundle kept in memory before it spills to disk
+SPOOL = 2 << 20  # bytes of a WARC or a bundle kept in memory before it spills to disk
 
 
 @dataclass(frozen=True)
@@ -142,9 +148,11 @@ class _State:
     checkpoint: Any
     paths: dict[int, list[bytes]]
     changed: datetime
+    later: Any = None  # the checkpoint a consistency proof leads to, when one was asked for
+    consistency: list[bytes] = field(default_factory=list)
 
 
-def _gather(archive: Archive, tenant: str, transcript_id: str) -> _State:
+def _gather(archive: Archive, tenant: str, transcript_id: str, consistent_to: int | None) -> _State:
     with archive.index.read() as connection:
         transcript = connection.execute(
             select(transcripts).where(
@@ -170,8 +178,26 @@ def _gather(archive: Archive, tenant: str, transcript_id: str) -> _State:
                 leaf.idx: tree.inclusion_proof(connection, leaf.idx, checkpoint.size)
                 for leaf in leaves.values()
             }
+        later, consistency = _later(connection, checkpoint, consistent_to)
     changed = max([transcript.updated_at, *(r.created_at for r in rows)])
-    return _State(transcript, list(rows), mementos, leaves, checkpoint, paths, changed)
+    return _State(
+        transcript, list(rows), mementos, leaves, checkpoint, paths, changed, later, consistency
+    )
+
+
+def _later(connection: Connection, pinned: Any, size: int | None) -> tuple[Any, list[bytes]]:
+    """The checkpoint of ``size`` and the consistency proof to it from the pinned one."""
+    if size is None or pinned is None or size == pinned.size:
+        return None, []
+    if size < pinned.size:
+        raise InvalidInput(
+            f"consistent_to must be at least the bundle's checkpoint size ({pinned.size})"
+        )
+    later = connection.execute(select(log_checkpoints).where(log_checkpoints.c.size == size))
+    found = later.first()
+    if found is None:
+        raise NotFound(f"no signed checkpoint of size {size}")
+    return found, tree.consistency_proof(connection, pinned.size, size)
 
 
 def _leaves(
@@ -213,11 +239,15 @@ def _checkpoint(connection: Connection, leaves: dict[tuple[str, str], Any]) -> A
 # -- building -------------------------------------------------------------------------------
 
 
-def export_bundle(archive: Archive, tenant: str, transcript_id: str) -> Bundle:
-    state = _gather(archive, tenant, transcript_id)
+def export_bundle(
+    archive: Archive, tenant: str, transcript_id: str, *, consistent_to: int | None = None
+) -> Bundle:
+    """The transcript's bundle. ``consistent_to``: also carry the checkpoint of that tree
+    size and the consistency proof to it from the bundle's own (deterministic too)."""
+    state = _gather(archive, tenant, transcript_id, consistent_to)
     if state.leaves and state.checkpoint is None and archive.index.log is not None:
         archive.evidence_log().step(force=True)  # sign the checkpoint the leaves wait for
-        state = _gather(archive, tenant, transcript_id)
+        state = _gather(archive, tenant, transcript_id, consistent_to)
     if state.leaves and state.checkpoint is None:
         raise NotYetCheckpointed("the transcript's leaves are not in a signed checkpoint yet")
     with _spooled() as warc:
@@ -470,6 +500,15 @@ def _proofs(state: _State) -> dict[str, bytes]:
         return {}
     note = state.checkpoint.note
     files = {"proofs/checkpoint.txt": note.encode("utf-8")}
+    if state.later is not None:
+        files[LATER_CHECKPOINT] = state.later.note.encode("utf-8")
+        files[CONSISTENCY] = _dumps(
+            {
+                "old_size": state.checkpoint.size,
+                "new_size": state.later.size,
+                "proof": [base64.b64encode(h).decode() for h in state.consistency],
+            }
+        )
     if state.checkpoint.tsa_response is not None:
         files["proofs/checkpoint.tsr"] = base64.b64decode(state.checkpoint.tsa_response)
     for (kind, subject), leaf in sorted(state.leaves.items()):
