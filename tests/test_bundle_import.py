@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_bundles import populate, settings_for, unpack
+from test_bundles import fresh_bundle, populate, settings_for, unpack
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -261,13 +261,7 @@ def test_a_bundle_round_trips_with_its_citations(database_url: str, tmp_path: Pa
 
 
 def test_citations_go_into_the_transcript_asked_for(tmp_path: Path) -> None:
-    source = Archive.open(settings_for(tmp_path / "source"))
-    try:
-        populate(source)
-        data = export_bundle(source, "default", "t-1").data
-    finally:
-        source.close()
-    (tmp_path / "t-1.wacz").write_bytes(data)
+    (tmp_path / "t-1.wacz").write_bytes(fresh_bundle(tmp_path / "source"))
     env = {"AMBER_DATA_DIR": str(tmp_path / "cli-data"), "AMBER_PUBLIC_BASE_URL": BASE}
     args = ["import", str(tmp_path / "t-1.wacz"), "--transcript", "case-9"]
     result = CliRunner().invoke(main, args, env=env)

@@ -25,10 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import service_unavailable
-from test_bundles import populate, settings_for
+from test_bundles import fresh_bundle
 
-from archive.archive import Archive
-from archive.bundles.export import export_bundle
 from archive.bundles.warcfile import read_records
 
 REQUIREMENTS = Path(__file__).parent / "replay" / "requirements.txt"
@@ -81,12 +79,7 @@ def _free_port() -> int:
 @pytest.fixture()
 def replay(pywb_bin: Path, tmp_path: Path) -> Iterator[tuple[str, bytes]]:
     """(base URL of a running pywb with the bundle in collection ``audit``, the bundle)."""
-    opened = Archive.open(settings_for(tmp_path / "amber-data"))
-    try:
-        populate(opened)
-        data = export_bundle(opened, "default", "t-1").data
-    finally:
-        opened.close()
+    data = fresh_bundle(tmp_path / "amber-data")
     root = tmp_path / "pywb"
     root.mkdir()
     (root / "t-1.wacz").write_bytes(data)

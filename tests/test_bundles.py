@@ -87,6 +87,16 @@ def populate(archive: Archive) -> None:
     assert not result.errors and len(result.citations) == 3
 
 
+def fresh_bundle(data_dir: Path) -> bytes:
+    """The bundle of :func:`populate`'s transcript, in a new SQLite archive."""
+    opened = Archive.open(settings_for(data_dir))
+    try:
+        populate(opened)
+        return export_bundle(opened, "default", "t-1").data
+    finally:
+        opened.close()
+
+
 @pytest.fixture()
 def archive(database_url: str, tmp_path: Path) -> Iterator[Archive]:
     opened = Archive.open(settings_for(tmp_path / "amber-data", database_url))

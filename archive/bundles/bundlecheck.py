@@ -32,36 +32,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 try:  # installed with Amber
-    from archive.bundles.warcfile import WarcError, WarcRecord, check_digests, read_records
-    from archive.log.proofcheck import (
-        Checkpoint,
-        ProofError,
-        Verifier,
-        leaf_hash,
-        parse_tlog_proof,
-        verify_consistency,
-        verify_inclusion,
-        verify_note,
-        verify_timestamp,
-    )
+    from archive.bundles import warcfile
+    from archive.log import proofcheck
 except ImportError:  # copied out beside proofcheck.py and warcfile.py
-    from proofcheck import (  # type: ignore[no-redef]
-        Checkpoint,
-        ProofError,
-        Verifier,
-        leaf_hash,
-        parse_tlog_proof,
-        verify_consistency,
-        verify_inclusion,
-        verify_note,
-        verify_timestamp,
-    )
-    from warcfile import (  # type: ignore[no-redef]
-        WarcError,
-        WarcRecord,
-        check_digests,
-        read_records,
-    )
+    import proofcheck  # type: ignore[no-redef]
+    import warcfile  # type: ignore[no-redef]
+
+Checkpoint = proofcheck.Checkpoint
+ProofError = proofcheck.ProofError
+WarcError = warcfile.WarcError
+WarcRecord = warcfile.WarcRecord
 
 CITATIONS = "citations/citations.jsonl"
 UNSIGNED = {"datapackage.json", "datapackage-digest.json"}
@@ -167,7 +147,7 @@ def verify_bundle(
         _check_layout(data, files)
         records = _check_warc(files["archive/data.warc.gz"])
         report.records = len(records)
-        verifier = Verifier.parse(vkey)
+        verifier = proofcheck.Verifier.parse(vkey)
         checkpoint = _check_checkpoint(files, verifier, tsa_ca)
         _check_consistency(files, verifier, checkpoint)
         entries = _entries(files)
@@ -292,33 +272,35 @@ def _check_signature(signed: Any, expected: str, wacz_key: bytes | None) -> None
 
 
 def _check_warc(data: bytes) -> list[WarcRecord]:
-    records = list(read_records(data))
+    records = list(warcfile.read_records(data))
     for record in records:
         try:
-            check_digests(record)
+            warcfile.check_digests(record)
         except WarcError as exc:
             raise BundleError(f"record {record.get('WARC-Record-ID')}: {exc}") from None
     return records
 
 
 def _check_checkpoint(
-    files: dict[str, bytes], verifier: Verifier, tsa_ca: bytes | None
+    files: dict[str, bytes], verifier: proofcheck.Verifier, tsa_ca: bytes | None
 ) -> Checkpoint:
     note_bytes = files.get("proofs/checkpoint.txt")
     if note_bytes is None:
         raise BundleError("the bundle has no checkpoint (proofs/checkpoint.txt)")
-    checkpoint = Checkpoint.parse(verify_note(note_bytes.decode("utf-8"), verifier))
+    checkpoint = Checkpoint.parse(proofcheck.verify_note(note_bytes.decode("utf-8"), verifier))
     if checkpoint.origin != verifier.name:
         raise ProofError("the checkpoint's origin is not the verifier key's name")
     if tsa_ca is not None:
         stamp = files.get("proofs/checkpoint.tsr")
         if stamp is None:
             raise BundleError("a TSA certificate was given but the checkpoint has no timestamp")
-        verify_timestamp(stamp, note_bytes, tsa_ca)
+        proofcheck.verify_timestamp(stamp, note_bytes, tsa_ca)
     return checkpoint
 
 
-def _check_consistency(files: dict[str, bytes], verifier: Verifier, pinned: Checkpoint) -> None:
+def _check_consistency(
+    files: dict[str, bytes], verifier: proofcheck.Verifier, pinned: Checkpoint
+) -> None:
     """A later checkpoint, when the bundle holds one, is signed by the vkey and extends the
     bundle's checkpoint (its consistency proof checks out)."""
     note, proof = files.get(LATER_CHECKPOINT), files.get(CONSISTENCY)
@@ -326,7 +308,7 @@ def _check_consistency(files: dict[str, bytes], verifier: Verifier, pinned: Chec
         return
     if note is None or proof is None:
         raise BundleError(f"{LATER_CHECKPOINT} and {CONSISTENCY} come together")
-    later = Checkpoint.parse(verify_note(note.decode("utf-8"), verifier))
+    later = Checkpoint.parse(proofcheck.verify_note(note.decode("utf-8"), verifier))
     if later.origin != verifier.name:
         raise ProofError("the later checkpoint's origin is not the verifier key's name")
     stated = _json(proof, CONSISTENCY)
@@ -337,7 +319,7 @@ def _check_consistency(files: dict[str, bytes], verifier: Verifier, pinned: Chec
         raise BundleError(f"{CONSISTENCY} is not a consistency proof") from None
     if sizes != (pinned.size, later.size):
         raise ProofError("the consistency proof is not between the bundle's two checkpoints")
-    verify_consistency(pinned.size, later.size, hashes, pinned.root, later.root)
+    proofcheck.verify_consistency(pinned.size, later.size, hashes, pinned.root, later.root)
 
 
 def _entries(files: dict[str, bytes]) -> list[dict[str, Any]]:
@@ -365,17 +347,17 @@ def _proven(
     proof_bytes = files.get(base + ".tlog-proof")
     if proof_bytes is None:
         raise BundleError(f"no proof for {kind} {subject}")
-    proof = parse_tlog_proof(proof_bytes.decode("utf-8"))
+    proof = proofcheck.parse_tlog_proof(proof_bytes.decode("utf-8"))
     if proof.note.encode("utf-8") != files["proofs/checkpoint.txt"]:
         raise ProofError(f"the {kind} proof ends with another checkpoint")
     if proof.index != index:
         raise ProofError(f"the {kind} proof is for leaf {proof.index}, not {index}")
     statement_bytes = files.get(base + ".statement.json")
     if statement_bytes is not None:
-        hashed = leaf_hash(statement_bytes)
+        hashed = proofcheck.leaf_hash(statement_bytes)
     else:
         hashed = bytes.fromhex(files[base + ".leaf-hash"].decode("ascii"))
-    verify_inclusion(proof.index, checkpoint.size, hashed, proof.path, checkpoint.root)
+    proofcheck.verify_inclusion(proof.index, checkpoint.size, hashed, proof.path, checkpoint.root)
     if statement_bytes is None:
         return None
     statement = _json(statement_bytes, f"the {kind} statement")
