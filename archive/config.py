@@ -249,6 +249,14 @@ class Settings:
     url: str | None = None
     api_key: str | None = None
     mcp_text_limit: int = 20_000
+    # Several workers on one host (`amber serve --workers N` sets it): where each publishes
+    # its /metrics figures for the others (archive/workermetrics.py), every so many seconds.
+    metrics_dir: str | None = None
+    metrics_publish_seconds: float = 1.0
+    # Disk (MiB) each server process gives to remembering blob bytes read from a remote store
+    # (archive/blobstore/diskcache.py), re-hashed before use; 0: off. Never for a local store.
+    blob_disk_cache_mb: int = 0
+    blob_disk_cache_dir: str | None = None  # default: <data_dir>/blob-cache
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -302,6 +310,10 @@ class Settings:
             raise ConfigurationError("AMBER_TIMEMAP_CACHE_MB must be 0 (off) or more")
         if self.blob_cache_mb < 0:
             raise ConfigurationError("AMBER_BLOB_CACHE_MB must be 0 (off) or more")
+        if self.blob_disk_cache_mb < 0:
+            raise ConfigurationError("AMBER_BLOB_DISK_CACHE_MB must be 0 (off) or more")
+        if self.metrics_publish_seconds <= 0:
+            raise ConfigurationError("AMBER_METRICS_PUBLISH_SECONDS must be positive")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
         _ = self.extraction_limits  # fail at start, not at the first citation
