@@ -10,10 +10,12 @@ the same run:
 3. proof generation at 1,000,000 leaves: the full proof document (leaf, inclusion proof,
    consistency proof, checkpoints) and the bare inclusion proof, p50 / p99 over random
    leaves (goal: p99 <= 1 ms), beside a floor: pure CPU work as long as a proof's median,
-   timed between the proofs, whose p99 is what a loaded machine's scheduling alone adds.
+   timed between the proofs, whose p99 is what a loaded machine's scheduling alone adds;
+4. the background round's cost while idle: CPU and statements per second, log on vs off.
 
 Usage: python benchmarks/bench_log.py [--seconds 3] [--threads 8] [--rounds 5] [--leaves 1000000]
-       [--postgres postgresql://postgres@127.0.0.1:5432/test] [--only sqlite|postgresql|proofs]
+       [--postgres postgresql://postgres@127.0.0.1:5432/test]
+       [--only sqlite|postgresql|proofs|idle]
 """
 
 from __future__ import annotations
@@ -191,6 +193,39 @@ def bench_proofs(leaves: int, samples: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def bench_idle(seconds: float, database_url: str, label: str) -> None:
+    """What the background round costs while nothing is written: the process's CPU time and
+    the statements it runs over ``seconds`` of idling, log started against log off."""
+    from sqlalchemy import event
+
+    for log in ("off", "on"):
+        root = Path(tempfile.mkdtemp(prefix="bench-log-idle-"))
+        url = _fresh_postgres(database_url) if database_url else ""
+        archive = Archive.open(_settings(root, log, url))
+        try:
+            if log == "on":  # a log with a checkpoint, as a server has after its first writes
+                archive.write_memento(MementoRequest(uri_r="https://bench.example/idle",
+                                                     content=b"idle", content_type="text/plain"))  # fmt: skip
+                archive.evidence_log().step(force=True)
+                archive.evidence_log().start()
+            statements = [0]
+
+            def count(*_: object) -> None:
+                statements[0] += 1
+
+            for engine in {archive.index._reader, archive.index._writer}:
+                event.listen(engine, "after_cursor_execute", count)
+            time.sleep(0.5)
+            statements[0], cpu = 0, time.process_time()
+            time.sleep(seconds)
+            cpu = time.process_time() - cpu
+            print(f"[{label} idle] log {log:3}: {cpu / seconds * 1000:6.2f} ms CPU per second, "
+                  f"{statements[0] / seconds:5.1f} statements per second")  # fmt: skip
+        finally:
+            archive.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def _calibrate(task: Callable[[], object]) -> Callable[[], None]:
     """A CPU-only function whose median run time is ``task``'s."""
 
@@ -221,12 +256,16 @@ def main() -> None:
     parser.add_argument("--leaves", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--postgres", default="")
-    parser.add_argument("--only", choices=("sqlite", "postgresql", "proofs"), default=None)
+    parser.add_argument("--only", choices=("sqlite", "postgresql", "proofs", "idle"), default=None)
     args = parser.parse_args()
     if args.only in (None, "sqlite"):
         bench_writes(args.seconds, args.threads, args.rounds, "", "sqlite")
     if args.postgres and args.only in (None, "postgresql"):
         bench_writes(args.seconds, args.threads, args.rounds, args.postgres, "postgresql")
+    if args.only in (None, "idle"):
+        bench_idle(args.seconds, "", "sqlite")
+        if args.postgres:
+            bench_idle(args.seconds, args.postgres, "postgresql")
     if args.only in (None, "proofs"):
         bench_proofs(args.leaves, args.samples)
 

@@ -43,7 +43,8 @@ _STATE = (
     "(SELECT max(size) FROM log_checkpoints), "
     "(SELECT tsa_response IS NOT NULL FROM log_checkpoints ORDER BY size DESC LIMIT 1), "
     "(SELECT tsa_at FROM log_checkpoints WHERE tsa_response IS NOT NULL "
-    "ORDER BY size DESC LIMIT 1)"
+    "ORDER BY size DESC LIMIT 1), "
+    "(SELECT signed_at FROM log_checkpoints ORDER BY size DESC LIMIT 1)"
 )
 
 
@@ -54,11 +55,22 @@ class RoundState:
     latest: int | None  # the latest checkpoint's size
     latest_stamped: bool | None
     last_stamp: datetime | None  # of the largest timestamped checkpoint
+    last_signed: datetime | None  # of the latest checkpoint
 
     @property
-    def work_waiting(self) -> bool:
-        """Leaves to integrate, or a tree larger than the last checkpoint."""
-        return self.sequenced != self.integrated or self.integrated > (self.latest or 0)
+    def pending(self) -> bool:
+        """Leaves beyond the latest checkpoint."""
+        return self.sequenced != (self.latest or 0) or self.integrated != self.sequenced
+
+    def work_due(self, interval: float) -> bool:
+        """Leaves beyond the latest checkpoint, and a checkpoint due (none signed within
+        ``interval`` seconds) or a full batch waiting. Integration waits for the checkpoint
+        it serves: one write transaction per checkpoint, not one per round."""
+        if not self.pending:
+            return False
+        if self.last_signed is None or self.sequenced - self.integrated >= BATCH:
+            return True
+        return utc_now() - self.last_signed >= timedelta(seconds=interval)
 
     def stamp_due(self, interval: float) -> bool:
         """An unstamped latest checkpoint, and no timestamp within ``interval`` seconds."""
@@ -108,12 +120,18 @@ class EvidenceLog:
             self._thread = None
 
     def _run(self) -> None:
-        pause = min(0.25, self.checkpoint_interval)
+        # Every quarter second while leaves arrive (so a checkpoint is signed as soon as one
+        # is due); once a round finds nothing to do, every checkpoint interval: an idle server
+        # reads one small statement that often, and a leaf arriving then still reaches a
+        # checkpoint within about an interval.
+        busy, idle = min(0.25, self.checkpoint_interval), self.checkpoint_interval
+        pause = busy
         while not self._stop.wait(pause):
             try:
-                self._round(force=False)
+                pause = busy if self._round(force=False) else idle
             except Exception:  # logged and retried next round: the log must not stop
                 log.exception("evidence log round failed")
+                pause = busy
 
     def step(self, *, force: bool = False) -> StoredCheckpoint | None:
         """Integrate what is sequenced; sign a checkpoint when due (``force``: whenever the
@@ -121,27 +139,33 @@ class EvidenceLog:
         self._round(force=force)
         return self.latest()
 
-    def _round(self, *, force: bool) -> None:
-        """One round. An idle one (nothing sequenced since the last checkpoint, no timestamp
-        due) is one read of one small statement: no write lock, no write."""
+    def _round(self, *, force: bool) -> bool:
+        """One round; whether leaves are waiting or it did work. One that finds nothing due
+        (nothing sequenced since the last checkpoint, or the next checkpoint not due yet; no
+        timestamp due) is one read of one small statement: no write lock, no write."""
         state = self._state()
-        if force or state.work_waiting:
+        working = force or state.work_due(self.checkpoint_interval)
+        if working:
             while self._integrate(force=force) == BATCH:
                 pass
             state = self._state()
+        working = working or state.pending
         if self.timestamper is not None and state.stamp_due(self.tsa_interval):
             self.timestamp(state.latest)
+            working = True
+        return working
 
     def _state(self) -> RoundState:
         with self.index.read() as connection:
             row = connection.exec_driver_sql(_STATE).one()
-        sequenced, integrated, latest, stamped, last = row
+        sequenced, integrated, latest, stamped, last, signed = row
         return RoundState(
             int(sequenced),
             int(integrated),
             None if latest is None else int(latest),
             None if stamped is None else bool(stamped),
             None if last is None else as_utc(last),
+            None if signed is None else as_utc(signed),
         )
 
     def _integrate(self, *, force: bool) -> int:
