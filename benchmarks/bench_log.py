@@ -3,7 +3,9 @@ the same run:
 
 1. memento write throughput with the log on and off (goal: on >= 0.9 x off), library-level
    (Archive.write_memento from concurrent threads, durability full), on SQLite and, with
-   --postgres URL, on PostgreSQL too;
+   --postgres URL, on PostgreSQL too; --rounds pairs of off/on rounds, alternating which
+   goes first, and the ratio is the median of the pairs' ratios (a shared machine's load
+   drifts between rounds);
 2. integration lag under that write load with the background integrator running: from a
    memento's archived_at to the signing of the first checkpoint holding its leaf (goal:
    p99 <= 2 s with the default one-second checkpoint interval);

@@ -136,22 +136,23 @@ def _checkpoints(connection: Connection) -> Iterator[Any]:
 
 
 def _nodes(connection: Connection) -> Callable[[int, int], bytes | None]:
-    """Stored node lookups, a level's range read at a time."""
-    cache: dict[tuple[int, int], bytes] = {}
+    """Stored node lookups: one window of BATCH nodes per level, moved forward as the
+    recomputation walks the leaves (each level's nodes are read once, in order)."""
+    windows: dict[int, tuple[int, dict[int, bytes]]] = {}
 
     def get(level: int, idx: int) -> bytes | None:
-        if (level, idx) not in cache:
-            if len(cache) > 4 * BATCH:
-                cache.clear()
-            for r in connection.execute(
-                select(log_nodes).where(
+        start, found = windows.get(level, (-BATCH, {}))  # the first look-up reads
+        if not start <= idx < start + BATCH:
+            rows = connection.execute(
+                select(log_nodes.c.idx, log_nodes.c.hash).where(
                     log_nodes.c.level == level,
                     log_nodes.c.idx >= idx,
                     log_nodes.c.idx < idx + BATCH,
                 )
-            ):
-                cache[(r.level, r.idx)] = bytes.fromhex(r.hash)
-        return cache.get((level, idx))
+            )
+            found = {r.idx: bytes.fromhex(r.hash) for r in rows}
+            windows[level] = (idx, found)
+        return found.get(idx)  # not yet integrated: absent
 
     return get
 
