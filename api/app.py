@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
@@ -35,6 +36,7 @@ from archive.archive import Archive
 from archive.base_url import DEFAULT_PUBLIC_BASE_URL
 from archive.budget import JsonBudget
 from archive.config import Settings
+from archive.workermetrics import WorkerBoard
 
 DESCRIPTION = """
 Amber keeps what AI agents cite: content-addressed (BLAKE3), immutable mementos served with
@@ -100,10 +102,13 @@ def create_app(
         app.write_route.start(app.state.archive)
         app.navigation_route.start(app.state.archive)
         log.start_evidence_log(app.state.archive)
+        board = _metrics_board(app, settings)
         try:
             async with app.mcp_route.running(urls.base):
                 yield
         finally:
+            if board is not None:
+                board.close()
             app.memento_route.close()
             app.navigation_route.close()
             if owned:
@@ -159,3 +164,19 @@ def create_app(
 
     logging.getLogger("amber").setLevel(logging.INFO)
     return app
+
+
+def _metrics_board(app: AmberApp, settings: Settings) -> WorkerBoard | None:
+    """With several workers (AMBER_METRICS_DIR), this one's slot, publishing for /metrics."""
+    if settings.metrics_dir is None:
+        return None
+    archive = app.state.archive
+    route = app.memento_route
+    board = WorkerBoard(
+        Path(settings.metrics_dir),
+        lambda: metrics.collect(archive, route),
+        settings.metrics_publish_seconds,
+    )
+    board.start()
+    app.state.metrics_board = board
+    return board

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -19,12 +19,6 @@ from archive.bundles.export import export_bundle
 
 router = APIRouter(prefix="/api/v1/transcripts", tags=["citations"], route_class=BudgetedRoute)
 auditors = require(Role.AUDITOR, Role.ADMIN)
-CHUNK = 1 << 20
-
-
-def _chunks(data: bytes) -> Iterator[bytes]:
-    for start in range(0, len(data), CHUNK):
-        yield data[start : start + CHUNK]
 
 
 @router.get(
@@ -38,17 +32,32 @@ async def export_transcript(
     request: Request,
     principal: Annotated[Principal, Depends(auditors)],
     archive: Annotated[Archive, Depends(get_archive)],
+    consistent_to: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=2**53,
+            description="Also carry the signed checkpoint of this tree size and the "
+            "consistency proof to it from the bundle's own (400 if smaller, 404 if unsigned).",
+        ),
+    ] = None,
 ) -> StreamingResponse:
-    bundle = await run_in_threadpool(export_bundle, archive, principal.tenant, transcript_id)
+    bundle = await run_in_threadpool(
+        partial(export_bundle, consistent_to=consistent_to),
+        archive,
+        principal.tenant,
+        transcript_id,
+    )
+    # Streamed from its spooled file, which the last chunk (or a disconnect) closes.
     audit_read(request, principal, "transcript.export", transcript_id)
     for memento_id in bundle.mementos:  # the bundle hands out every memento's bytes
         audit_read(request, principal, "memento.export", memento_id)
     name = "".join(c if c.isalnum() or c in "._-" else "_" for c in transcript_id)
     return StreamingResponse(
-        _chunks(bundle.data),
+        bundle.chunks(),
         media_type="application/wacz",
         headers={
             "Content-Disposition": f'attachment; filename="{name}.wacz"',
-            "Content-Length": str(len(bundle.data)),
+            "Content-Length": str(bundle.size),
         },
     )

@@ -23,8 +23,9 @@ from archive.base_url import (
     settle_base_url,
 )
 from archive.blobstore import BlobStore, open_blob_store
+from archive.blobstore.diskcache import with_disk_cache
 from archive.citations import CitationDesk, TranscriptBook
-from archive.citations.textmemory import TextMemory
+from archive.citations.textmemory import TextMemory, erasure_generation_of
 from archive.committer import CommitCounts
 from archive.config import Settings
 from archive.dates import to_rfc3339
@@ -90,10 +91,9 @@ class Archive:
             absolute=timedelta(hours=settings.session_max_hours),
         )
         self.transcripts = TranscriptBook(index, settings.citations)
-        # This process's text caches, told of erasures (here at once, elsewhere by signal).
-        self.text_memory = TextMemory(
-            index.erasure_generation if index.erasures_signalled else None
-        )
+        # This process's text caches, told of erasures (here at once, elsewhere by signal
+        # on SQLite or the deletions generation row on PostgreSQL).
+        self.text_memory = TextMemory(erasure_generation_of(index))
         self.retention = Retention(
             self.index, self.blobs, settings.citations, forget_text=self.text_memory.forget
         )
@@ -137,17 +137,19 @@ class Archive:
     @classmethod
     def open(cls, settings: Settings) -> Archive:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(
-            settings,
-            open_blob_store(settings),
-            Index(
+        blobs = open_blob_store(settings)
+        try:
+            index = Index(
                 settings.resolved_database_url,
                 durable=settings.durable,
                 grace=timedelta(days=settings.citations.retention_days),
                 idempotency_ttl=timedelta(hours=settings.idempotency_ttl_hours),
                 evidence_log=settings.evidence_log == "on",
-            ),
-        )
+            )
+        except BaseException:
+            blobs.close()
+            raise
+        return cls(settings, with_disk_cache(settings, blobs, index), index)
 
     def evidence_log(self) -> EvidenceLog:
         """The evidence log (archive/log), its origin from the recorded base URL; opened on

@@ -22,6 +22,8 @@ from archive.exceptions import ConfigurationError
 ENV_PREFIX = "AMBER_"
 # S3 Object Lock retention modes (``AMBER_S3_OBJECT_LOCK_MODE``).
 OBJECT_LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
+# The S3 data paths (``AMBER_S3_CLIENT``): archive/blobstore/s3_lean.py, or boto3 for all.
+S3_CLIENTS = ("lean", "botocore")
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,10 @@ class Settings:
     # "GOVERNANCE" (an admin may erase, with BypassGovernanceRetention) or "COMPLIANCE"
     # (nobody may delete before the date). None: Amber sets no storage-level lock.
     s3_object_lock_mode: str | None = None
+    # How blobs are put, read and checked on S3: "lean" (archive/blobstore/s3_lean.py: a
+    # SigV4-signed urllib3 request, no botocore on the hot path) or "botocore" (boto3 for
+    # every call). Bucket setup, retention, deletes and listing always use boto3.
+    s3_client: str = "lean"
     # Extraction limits (ExtractionLimits; docs/design.md, "Extraction limits").
     extract_workers: int = 0  # 0: one worker process per CPU, at most 4
     extract_timeout_seconds: float = 10.0
@@ -249,6 +255,14 @@ class Settings:
     url: str | None = None
     api_key: str | None = None
     mcp_text_limit: int = 20_000
+    # Several workers on one host (`amber serve --workers N` sets it): where each publishes
+    # its /metrics figures for the others (archive/workermetrics.py), every so many seconds.
+    metrics_dir: str | None = None
+    metrics_publish_seconds: float = 1.0
+    # Disk (MiB) each server process gives to remembering blob bytes read from a remote store
+    # (archive/blobstore/diskcache.py), re-hashed before use; 0: off. Never for a local store.
+    blob_disk_cache_mb: int = 0
+    blob_disk_cache_dir: str | None = None  # default: <data_dir>/blob-cache
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections later features read
 
     def __post_init__(self) -> None:
@@ -275,6 +289,8 @@ class Settings:
             raise ConfigurationError("AMBER_S3_SSE must be 'AES256' or 'aws:kms'")
         if self.s3_sse_kms_key_id and self.s3_sse != "aws:kms":
             raise ConfigurationError("AMBER_S3_SSE_KMS_KEY_ID needs AMBER_S3_SSE=aws:kms")
+        if self.s3_client not in S3_CLIENTS:
+            raise ConfigurationError("AMBER_S3_CLIENT must be 'lean' or 'botocore'")
         if self.s3_object_lock_mode is not None:
             mode = self.s3_object_lock_mode.strip().upper()
             if mode not in OBJECT_LOCK_MODES:
@@ -302,6 +318,10 @@ class Settings:
             raise ConfigurationError("AMBER_TIMEMAP_CACHE_MB must be 0 (off) or more")
         if self.blob_cache_mb < 0:
             raise ConfigurationError("AMBER_BLOB_CACHE_MB must be 0 (off) or more")
+        if self.blob_disk_cache_mb < 0:
+            raise ConfigurationError("AMBER_BLOB_DISK_CACHE_MB must be 0 (off) or more")
+        if self.metrics_publish_seconds <= 0:
+            raise ConfigurationError("AMBER_METRICS_PUBLISH_SECONDS must be positive")
         if self.public_base_url is not None:
             object.__setattr__(self, "public_base_url", normalise_base_url(self.public_base_url))
         _ = self.extraction_limits  # fail at start, not at the first citation

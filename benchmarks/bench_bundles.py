@@ -2,7 +2,12 @@
 20 pages of 100 KiB, and the import rate of a 10,000-record WARC, each next to a baseline
 measured in the same run (plain zip of the same bytes; direct memento writes).
 
+The export's peak Python memory (tracemalloc) is printed for 100 KiB pages and again for
+1 MiB pages (same citations): it must not grow with the pages' bytes (the bundle is streamed
+through spooled files; see docs/design.md §13).
+
 Usage: python benchmarks/bench_bundles.py [--pages 20] [--quotes 5] [--records 10000]
+       [--big-page-kib 1024]
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import io
 import random
 import tempfile
 import time
+import tracemalloc
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,14 +54,14 @@ def page(rng: random.Random, size: int) -> tuple[str, list[str]]:
     return html, sentences
 
 
-def bench_export(pages: int, quotes: int) -> None:
+def bench_export(pages: int, quotes: int, page_kib: int) -> None:
     rng = random.Random(24)
     with tempfile.TemporaryDirectory() as tmp:
         archive = open_archive(Path(tmp) / "data", keep_document=True)  # pages in the bundle
         try:
             archive.transcripts.put("default", "t-bench", "P7Y", {})
             for number in range(pages):
-                html, sentences = page(rng, 100 * 1024)
+                html, sentences = page(rng, page_kib * 1024)
                 source = SourceRequest(
                     uri_r=f"https://bench.example/page/{number}",
                     content=html.encode(),
@@ -74,6 +80,10 @@ def bench_export(pages: int, quotes: int) -> None:
             started = time.perf_counter()
             bundle = export_bundle(archive, "default", "t-bench")
             export_s = time.perf_counter() - started
+            tracemalloc.start()
+            export_bundle(archive, "default", "t-bench")
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
             started = time.perf_counter()
             plain = io.BytesIO()
             with zipfile.ZipFile(plain, "w") as out:
@@ -84,10 +94,15 @@ def bench_export(pages: int, quotes: int) -> None:
         finally:
             archive.close()
     citations = pages * quotes
-    print(f"export: {citations} citations over {pages} pages of 100 KiB")
+    print(f"export: {citations} citations over {pages} pages of {page_kib} KiB")
     print(
         f"  bundle {len(bundle.data)} bytes ({len(bundle.data) / 1024:.0f} KiB), "
         f"{len(bundle.mementos)} mementos"
+    )
+    print(
+        f"  peak Python memory of an export (tracemalloc) {peak / 1024 / 1024:.1f} MiB, "
+        f"{peak / len(bundle.data):.2f}x the bundle (bounded: grows with citations, "
+        "not with the pages' bytes)"
     )
     print(
         f"  export {export_s * 1000:.0f} ms; baseline (read the same mementos, plain zip) "
@@ -159,8 +174,13 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--quotes", type=int, default=5)
     parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument(
+        "--big-page-kib", type=int, default=1024, help="a second export, pages this large"
+    )
     args = parser.parse_args()
-    bench_export(args.pages, args.quotes)
+    bench_export(args.pages, args.quotes, 100)
+    if args.big_page_kib:
+        bench_export(args.pages, args.quotes, args.big_page_kib)
     bench_import(args.records)
 
 

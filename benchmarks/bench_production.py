@@ -21,6 +21,11 @@ Ratios are Amber / S3 throughput of the same round (goals, issue #20: resolve >=
 write >= 0.5). Each phase also reports CPU per request of Amber (all its worker
 processes), of PostgreSQL (every ``postgres`` process of the machine: other users of the
 database are noise, shown by ``other``) and of the S3 server.
+
+``--s3-client lean|botocore`` sets Amber's ``AMBER_S3_CLIENT`` (before and after from one
+tree); ``--boto3`` and ``--lean`` add the S3 server driven from 16 threads of this process
+by boto3, or by Amber's lean client (archive/blobstore/s3_lean.py) with Amber's key layout:
+the floor of a Python caller using that client.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import random
@@ -308,15 +314,20 @@ class S3Side:
         return [self.presigned("GET", f"objects/{n:08d}") for n in range(OBJECTS)]
 
 
-def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> dict[str, Any]:
-    """The S3 server driven by boto3 itself, from threads of this process, as Amber drives it
-    (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
-    using botocore, in CPU per request of the caller."""
-    import hashlib
+def boto3_phase(
+    args: argparse.Namespace, s3: S3Side, kind: str, start: int, client: str = "boto3"
+) -> dict[str, Any]:
+    """The S3 server driven by a Python client from threads of this process, as Amber drives
+    it (conditional create with a SHA-256 checksum, or a GET): the floor of any Python caller
+    using that client, in CPU per request of the caller. ``client``: "boto3", or "lean"
+    (archive/blobstore/s3_lean.py, Amber's default data path; its writes use Amber's key
+    layout, so their S3 CPU per request is what Amber's PUTs cost the server)."""
     import threading
 
     body = os.urandom(PASSAGE_BYTES)
-    checksum = base64.b64encode(hashlib.sha256(body).digest()).decode("ascii")
+    digest = hashlib.sha256(body).digest()
+    checksum = base64.b64encode(digest).decode("ascii")
+    lean = _lean_client(args, s3) if client == "lean" else None
     state = {"measuring": False, "stop": False}
     counts: list[int] = []
     lock = threading.Lock()
@@ -325,7 +336,13 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     def work() -> None:
         done = 0
         while not state["stop"]:
-            if kind == "write":
+            if lean is not None and kind == "write":
+                with lock:
+                    n = next(sequence)
+                lean.put_object(_amber_layout(n), body, digest, {})
+            elif lean is not None:
+                lean.get_object(f"objects/{random.randrange(OBJECTS):08d}", None)
+            elif kind == "write":
                 with lock:
                     n = next(sequence)
                 s3.client.put_object(
@@ -358,6 +375,8 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     cpu1 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
     for thread in threads:
         thread.join()
+    if lean is not None:
+        lean.close()
     count = sum(counts)
     used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
     return {
@@ -376,6 +395,31 @@ def boto3_phase(args: argparse.Namespace, s3: S3Side, kind: str, start: int) -> 
     }
 
 
+def _amber_layout(n: int) -> str:
+    """A key shaped as Amber's blob keys (``blobs/<2 hex>/<2 hex>/<64 hex>``, spread as
+    hashes spread), so the lean floor's writes cost the S3 server what Amber's cost it."""
+    digest = hashlib.sha256(n.to_bytes(8, "big")).hexdigest()
+    return f"lean/blobs/{digest[:2]}/{digest[2:4]}/{digest}"
+
+
+def _lean_client(args: argparse.Namespace, s3: S3Side) -> Any:
+    from botocore.credentials import Credentials
+
+    sys.path.insert(0, str(args.amber_root))
+    from archive.blobstore.s3_lean import LeanS3
+
+    server = s3.server
+    return LeanS3(
+        server.endpoint_url,
+        "us-east-1",
+        s3.bucket,
+        Credentials(server.access_key, server.secret_key),
+        pool_size=args.concurrency,
+        connect_timeout=5.0,
+        read_timeout=30.0,
+    )
+
+
 def start_amber(
     workers: int, database_url: str, s3: S3Side, work: Path, args: argparse.Namespace
 ) -> Server:
@@ -389,6 +433,7 @@ def start_amber(
             "AMBER_KEY_SECRET": "bench-production-" + "x" * 32,
             "AMBER_RATE_LIMIT_PER_SECOND": "1000000000",
             "AMBER_RATE_LIMIT_BURST": "1000000000",
+            "AMBER_S3_CLIENT": args.s3_client,
             **s3.server.env(),
         },
         args.amber_root,
@@ -492,10 +537,11 @@ def run_workers(
         for n in range(1, args.rounds + 1):
             order = ["write", "resolve"] if n % 2 else ["resolve", "write"]
             for kind in order:
-                targets = ["amber", "s3", *(["boto3"] if args.boto3 else [])]
+                floors = [*(["boto3"] if args.boto3 else []), *(["lean"] if args.lean else [])]
+                targets = ["amber", "s3", *floors]
                 for target in targets if n % 2 else targets[::-1]:
-                    if target == "boto3":
-                        result = boto3_phase(args, s3, kind, s3.written)
+                    if target in ("boto3", "lean"):
+                        result = boto3_phase(args, s3, kind, s3.written, target)
                         s3.written += int(result["requests"] * 1.5) + 100000
                         phase = Phase(workers=workers, round=n, target=target, kind=kind, **result)
                         phases.append(phase)
@@ -547,6 +593,7 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
         for kind in ("write", "resolve"):
             mine = [p for p in phases if p.workers == workers and p.kind == kind]
             boto3 = [p for p in mine if p.target == "boto3" and p.rps]
+            lean = [p for p in mine if p.target == "lean" and p.rps]
             ratios = []
             for n in sorted({p.round for p in mine}):
                 amber = [p for p in mine if p.round == n and p.target == "amber"]
@@ -575,6 +622,10 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
                     "boto3_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in boto3)
                     if boto3
                     else None,
+                    "lean_rps": median("lean", "rps") if lean else None,
+                    "lean_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in lean)
+                    if lean
+                    else None,
                     "noisy": any(p.other_cpu > NOISY_OTHER_CPU for p in mine),
                 }
             )
@@ -600,6 +651,12 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
                 if r["boto3_rps"]
                 else ""
             )
+            + (
+                f"\n{'':>16}lean client from threads: {r['lean_rps']:.0f} req/s, "
+                f"{r['lean_cpu_ms']:.2f} ms CPU per request in the caller"
+                if r["lean_rps"]
+                else ""
+            )
         )
 
 
@@ -613,6 +670,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES)
     parser.add_argument("--amber-root", type=Path, default=REPO_ROOT, help="code to measure")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--s3-client",
+        choices=["lean", "botocore"],
+        default="lean",
+        help="Amber's AMBER_S3_CLIENT (lean: archive/blobstore/s3_lean.py; botocore: boto3)",
+    )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="also drive the S3 server with Amber's lean client from threads of this process",
+    )
     parser.add_argument(
         "--boto3",
         action="store_true",

@@ -25,11 +25,13 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.credentials import Credentials
 from moto import mock_aws  # before any boto3 session exists: moto hooks new sessions only
 
 from archive.blobstore.local import LocalBlobStore
 from archive.blobstore.s3 import S3BlobStore
 from archive.blobstore.s3_client import client_config
+from archive.blobstore.s3_lean import LeanS3
 from archive.config import Settings
 
 _INFRA = Path(__file__).resolve().parents[1] / "infra"
@@ -112,15 +114,32 @@ def s3_settings_for(
     prefix: str = "amber",
     **overrides: Any,
 ) -> Settings:
-    """Settings for ``s3://bucket/prefix``; ``server=None`` means AWS itself (moto)."""
+    """Settings for ``s3://bucket/prefix``; ``server=None`` means AWS itself (moto's
+    in-process mock, which only botocore can reach: the lean client is off there)."""
     if server is not None:
         set_aws_env(monkeypatch, server.access_key, server.secret_key)
+    else:
+        overrides.setdefault("s3_client", "botocore")
     blob_store = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     return Settings(
         blob_store=blob_store,
         s3_endpoint_url=server.endpoint_url if server is not None else None,
         s3_region=REGION,
         **overrides,
+    )
+
+
+def lean_client(bucket: S3Bucket, secret: str | None = None) -> LeanS3:
+    """The lean data path (archive/blobstore/s3_lean.py) to a real server's bucket."""
+    assert bucket.endpoint_url is not None, "the lean client needs a real server"
+    return LeanS3(
+        bucket.endpoint_url,
+        REGION,
+        bucket.name,
+        Credentials(bucket.access_key, secret or bucket.secret_key),
+        pool_size=4,
+        connect_timeout=5.0,
+        read_timeout=30.0,
     )
 
 
@@ -189,11 +208,22 @@ def s3_bucket(request: pytest.FixtureRequest) -> S3Bucket:
     return bucket
 
 
-@pytest.fixture(params=["local", "moto", pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
+@pytest.fixture(
+    params=[
+        "local",
+        "moto",
+        pytest.param("seaweedfs", marks=pytest.mark.seaweedfs),
+        pytest.param("seaweedfs-lean", marks=pytest.mark.seaweedfs),
+    ]
+)
 def blob_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Every blob store backend, so one test suite defends the interface for all."""
+    """Every blob store backend, so one test suite defends the interface for all
+    (``seaweedfs-lean``: puts, gets and heads through archive/blobstore/s3_lean.py)."""
     if request.param == "local":
         store: Any = LocalBlobStore(tmp_path / "blobs")
+    elif request.param == "seaweedfs-lean":
+        bucket = request.getfixturevalue("seaweedfs_bucket")
+        store = bucket.store(lean=lean_client(bucket))
     else:
         bucket: S3Bucket = request.getfixturevalue(f"{request.param}_bucket")
         store = bucket.store()

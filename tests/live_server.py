@@ -215,6 +215,7 @@ def start_server(
     inherit_amber_env: bool = False,
     timeout: float = STARTUP_TIMEOUT_SECONDS,
     agent_key: bool = True,
+    serve_args: Sequence[str] = (),
 ) -> LiveServer:
     """Start ``amber serve --host 127.0.0.1 --port P`` with ``env`` and wait for /healthz.
 
@@ -229,7 +230,10 @@ def start_server(
     key = create_key(full_env, cwd=cwd, command=command) if agent_key else None
     fd, log_name = tempfile.mkstemp(prefix=f"amber-serve-{port}-", suffix=".log")
     log_path = Path(log_name)
-    args = [*(command or amber_command()), "serve", "--host", HOST, "--port", str(port)]
+    args = [
+        *(command or amber_command()),
+        *("serve", "--host", HOST, "--port", str(port), *serve_args),
+    ]
     with os.fdopen(fd, "wb") as log:
         process = subprocess.Popen(
             args,

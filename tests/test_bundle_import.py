@@ -5,27 +5,35 @@ second import stores nothing."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from test_bundles import fresh_bundle, populate, settings_for, unpack
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from api.cli import main
 from archive.archive import Archive
-from archive.bundles.export import export_bundle
+from archive.bundles.bundlecheck import verify_bundle
+from archive.bundles.export import CITATIONS, export_bundle
 from archive.bundles.importer import import_file
+from archive.bundles.warcfile import read_records
 from archive.citations import CitationRequest, QuoteRequest
 from archive.config import Settings
+from archive.exceptions import TranscriptNotFound
 from archive.mementos import Scope
 
 PAGE = b"<html><body><p>Imported archives hold the quote we cite today.</p></body></html>"
 WHEN = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+BASE = "http://testserver"
 
 
 def open_archive(data_dir: Path) -> Archive:
@@ -107,6 +115,9 @@ def test_a_warcio_warc_imports_once_and_can_be_cited(empty: Archive, tmp_path: P
         "stored": 3,
         "already_present": 0,
         "skipped": {"request record (not a capture)": 1, "revisit of a record not in this file": 1},
+        "citations_stored": 0,
+        "citations_already_present": 0,
+        "citations_skipped": {},
     }
     again = import_file(empty, warc, tenant="default")
     assert (again.stored, again.present) == (0, 3)
@@ -175,9 +186,8 @@ def test_export_import_export_keeps_mementos_and_hashes(tmp_path: Path) -> None:
     target = open_archive(tmp_path / "target")
     try:
         summary = import_file(target, exported, tenant="default")
-        assert summary.stored == len(originals) and summary.skipped == {
-            "metadata record (not a capture)": 1
-        }
+        assert summary.stored == len(originals) and summary.skipped == {}
+        assert summary.citations.stored == 1 and not summary.citations.skipped
         copies = {
             i: (m.content_hash, m.uri_r, m.captured_at, m.scope, m.facts)
             for i in originals
@@ -185,6 +195,84 @@ def test_export_import_export_keeps_mementos_and_hashes(tmp_path: Path) -> None:
         }
         assert copies == originals
         assert {c[3] for c in copies.values()} == {Scope.PASSAGE, Scope.DOCUMENT}
+    finally:
+        target.close()
+
+
+def without_leaf_indices(value: Any) -> Any:
+    """A citations.jsonl value without its log positions (the importing archive's own)."""
+    if isinstance(value, dict):
+        return {k: without_leaf_indices(v) for k, v in value.items() if k != "leaf_index"}
+    if isinstance(value, list):
+        return [without_leaf_indices(v) for v in value]
+    return value
+
+
+def citation_records(data: bytes) -> list[bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as bundle:
+        warc = bundle.read("archive/data.warc.gz")
+    return [r.block for r in read_records(warc) if r.type == "metadata"]
+
+
+def test_a_bundle_round_trips_with_its_citations(database_url: str, tmp_path: Path) -> None:
+    """Export, import into an empty archive (both backends), export again: the same
+    mementos and hashes, the same citations file but for the log positions, and the
+    second bundle verifies against the importing archive's log."""
+    source = Archive.open(settings_for(tmp_path / "source"))
+    try:
+        populate(source)
+        first = export_bundle(source, "default", "t-1")
+        originals = {
+            m.id: (m.content_hash, m.uri_r, m.captured_at, m.scope, m.facts, m.media_type)
+            for m in (source.get_memento("default", i) for i in first.mementos)
+        }
+    finally:
+        source.close()
+    exported = tmp_path / "t-1.wacz"
+    exported.write_bytes(first.data)
+    target = Archive.open(settings_for(tmp_path / "target", database_url))
+    try:
+        summary = import_file(target, exported, tenant="default")
+        assert (summary.stored, summary.present, dict(summary.skipped)) == (len(originals), 0, {})
+        assert (summary.citations.stored, summary.citations.present) == (3, 0)
+        again = import_file(target, exported, tenant="default")  # idempotent
+        assert (again.stored, again.present) == (0, len(originals))
+        assert (again.citations.stored, again.citations.present) == (0, 3)
+        second = export_bundle(target, "default", "t-1")
+        vkey = target.evidence_log().signer.vkey()
+        copies = {
+            m.id: (m.content_hash, m.uri_r, m.captured_at, m.scope, m.facts, m.media_type)
+            for m in (target.get_memento("default", i) for i in second.mementos)
+        }
+    finally:
+        target.close()
+    assert copies == originals
+    lines = [
+        [json.loads(line) for line in unpack(bundle.data)[CITATIONS].splitlines()]
+        for bundle in (first, second)
+    ]
+    assert len(lines[0]) == 3 and all(isinstance(e["leaf_index"], int) for e in lines[1])
+    assert [without_leaf_indices(e) for e in lines[1]] == [
+        without_leaf_indices(e) for e in lines[0]
+    ]
+    assert citation_records(second.data) == citation_records(first.data)
+    report = verify_bundle(second.data, vkey)
+    assert report.ok and len(report.citations) == 3, report.lines()
+
+
+def test_citations_go_into_the_transcript_asked_for(tmp_path: Path) -> None:
+    (tmp_path / "t-1.wacz").write_bytes(fresh_bundle(tmp_path / "source"))
+    env = {"AMBER_DATA_DIR": str(tmp_path / "cli-data"), "AMBER_PUBLIC_BASE_URL": BASE}
+    args = ["import", str(tmp_path / "t-1.wacz"), "--transcript", "case-9"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert '"citations_stored": 3' in result.output
+    target = Archive.open(Settings(data_dir=tmp_path / "cli-data", public_base_url=BASE))
+    try:
+        cited = target.citations.for_transcript("default", "case-9")
+        assert len(cited) == 3
+        with pytest.raises(TranscriptNotFound):
+            target.transcripts.get("default", "t-1")
     finally:
         target.close()
 

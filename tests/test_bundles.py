@@ -25,11 +25,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from api.cli import main
 from archive.archive import Archive
-from archive.bundles import bundlecheck, warcfile
+from archive.bundles import bundlecheck, export, warcfile
 from archive.bundles.bundlecheck import canonical_zip, digest_document, verify_bundle
 from archive.bundles.export import export_bundle, sign_hash
 from archive.citations import CitationRequest, QuoteRequest, SourceRequest
 from archive.config import Settings
+from archive.exceptions import InvalidInput, NotFound
 from archive.log import proofcheck
 from archive.log.proofcheck import Checkpoint, split_note
 from archive.log.signing import NoteSigner
@@ -86,6 +87,16 @@ def populate(archive: Archive) -> None:
     assert not result.errors and len(result.citations) == 3
 
 
+def fresh_bundle(data_dir: Path) -> bytes:
+    """The bundle of :func:`populate`'s transcript, in a new SQLite archive."""
+    opened = Archive.open(settings_for(data_dir))
+    try:
+        populate(opened)
+        return export_bundle(opened, "default", "t-1").data
+    finally:
+        opened.close()
+
+
 @pytest.fixture()
 def archive(database_url: str, tmp_path: Path) -> Iterator[Archive]:
     opened = Archive.open(settings_for(tmp_path / "amber-data", database_url))
@@ -115,6 +126,37 @@ def test_two_exports_are_byte_identical_and_verify(archive: Archive) -> None:
     # The policy's two quotes share one passage (the page is shorter than the context), and
     # the plain-text page's passage is its whole text: the same memento as its document.
     assert report.records == 3 + 3  # mementos, citation records
+
+
+@pytest.mark.seaweedfs
+@pytest.mark.postgres
+def test_exports_from_seaweedfs_are_byte_identical_and_verify(
+    seaweedfs_settings: Settings, postgres_url: str, tmp_path: Path
+) -> None:
+    """The production shape: blobs in SeaweedFS (versioned, read back by version), the
+    index in PostgreSQL. Two exports give the same bytes, and they verify."""
+    local = settings_for(tmp_path / "amber-data", postgres_url)
+    opened = Archive.open(
+        seaweedfs_settings.with_overrides(
+            data_dir=local.data_dir,
+            database_url=postgres_url,
+            public_base_url=BASE_URL,
+            durability="relaxed",
+            extra=local.extra,
+        )
+    )
+    try:
+        assert opened.settings.blob_store.startswith("s3://")
+        populate(opened)
+        first = export_bundle(opened, "default", "t-1").data
+        second = export_bundle(opened, "default", "t-1").data
+        report = verify_bundle(first, opened.evidence_log().signer.vkey())
+    finally:
+        opened.close()
+    assert first == second
+    assert report.ok and len(report.citations) == 3, report.lines()
+    payloads = {r.payload for r in warcfile.read_records(unpack(first)["archive/data.warc.gz"])}
+    assert POLICY.encode() in payloads and PRICES.encode() in payloads
 
 
 def test_the_warc_holds_what_the_issue_asks(made: tuple[bytes, str]) -> None:
@@ -199,6 +241,76 @@ def test_the_api_streams_the_same_bundle(archive: Archive) -> None:
     assert got.status_code == 200 and got.headers["content-type"] == "application/wacz"
     assert got.content == export_bundle(archive, "default", "t-1").data
     assert missing.status_code == 404
+
+
+def test_a_bundle_spilled_to_disk_is_the_same_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export streams records into spooled files: past the spool size they go to disk,
+    and the bytes are those of the same bundle kept in memory."""
+    opened = Archive.open(settings_for(tmp_path / "amber-data"))
+    try:
+        populate(opened)
+        in_memory = export_bundle(opened, "default", "t-1")
+        monkeypatch.setattr(export, "SPOOL", 512)
+        bundle = export_bundle(opened, "default", "t-1")
+        spilled = bundle.file._rolled  # type: ignore[attr-defined]
+        data = b"".join(bundle.chunks(1000))
+        vkey = opened.evidence_log().signer.vkey()
+    finally:
+        opened.close()
+    assert spilled and not in_memory.file._rolled  # type: ignore[attr-defined]
+    assert bundle.file.closed and len(data) == bundle.size > 512
+    assert data == in_memory.data
+    assert verify_bundle(data, vkey).ok
+
+
+def test_a_consistency_proof_to_a_later_checkpoint_is_carried_and_checked(
+    archive: Archive,
+) -> None:
+    """Asked for a later checkpoint, the bundle (still pinned to its own) carries it and the
+    consistency proof to it: deterministic, verified, and a forged one is caught."""
+    pinned = export_bundle(archive, "default", "t-1").data
+    archive.transcripts.put("default", "t-2", "P7Y", {})
+    other = SourceRequest(
+        uri_r="https://example.net/later",
+        content=b"Later pages add leaves to the log after the bundle's checkpoint.",
+        content_type="text/plain",
+        captured_at=CAPTURED,
+        tool="http.get",
+    )
+    archive.citations.cite(
+        "default", "t-2", [CitationRequest(quote=QuoteRequest("add leaves"), source=other)]
+    )
+    log = archive.evidence_log()
+    log.step(force=True)
+    latest = log.latest()
+    assert latest is not None
+    vkey = log.signer.vkey()
+    size = unpack(pinned)["proofs/checkpoint.txt"].decode().split("\n")[1]
+    assert latest.size > int(size)
+    assert export_bundle(archive, "default", "t-1").data == pinned  # later leaves: no change
+    first = export_bundle(archive, "default", "t-1", consistent_to=latest.size).data
+    assert export_bundle(archive, "default", "t-1", consistent_to=latest.size).data == first
+    files = unpack(first)
+    assert files["proofs/checkpoint.txt"] == unpack(pinned)["proofs/checkpoint.txt"]
+    assert files[bundlecheck.LATER_CHECKPOINT].decode() == latest.note
+    report = verify_bundle(first, vkey)
+    assert report.ok and len(report.citations) == 3, report.lines()
+    stated = json.loads(files[bundlecheck.CONSISTENCY])
+    assert stated["proof"], stated
+    stated["proof"][0] = base64.b64encode(b"\0" * 32).decode()
+    forged = {**files, bundlecheck.CONSISTENCY: json.dumps(stated).encode()}
+    assert_caught(repack(forged), vkey, "a forged consistency proof")
+    without_proof = {k: v for k, v in files.items() if k != bundlecheck.CONSISTENCY}
+    package = json.loads(files["datapackage.json"])
+    package["resources"] = [r for r in package["resources"] if r["path"] != bundlecheck.CONSISTENCY]
+    without_proof["datapackage.json"] = json.dumps(package).encode()
+    assert_caught(repack(without_proof), vkey, "a later checkpoint without its proof")
+    with pytest.raises(InvalidInput):
+        export_bundle(archive, "default", "t-1", consistent_to=1)
+    with pytest.raises(NotFound):
+        export_bundle(archive, "default", "t-1", consistent_to=latest.size + 1000)
 
 
 def test_the_cli_exports_verifies_and_fails_with_exit_1(tmp_path: Path) -> None:

@@ -182,3 +182,52 @@ def test_a_new_memento_or_a_deletion_in_one_replica_moves_the_others_timemaps_at
     assert early["id"] in links and late["id"] not in links
     latest = httpx.get(timegate, headers=second.headers)
     assert early["id"] in latest.headers["location"]
+
+
+def test_an_erasure_in_one_replica_empties_the_others_text_caches_by_its_next_request(
+    replicas: Replicas,
+) -> None:
+    """The second replica extracts a document's text for a citation and remembers it; the
+    first erases the document; the second's very next request finds the text forgotten."""
+    first, second = replicas.first, replicas.second
+    transcript = f"t-{uuid.uuid4().hex[:8]}"
+    made = httpx.put(
+        f"{second.base_url}/api/v1/transcripts/{transcript}",
+        headers=second.headers,
+        json={"retention": "P7Y"},
+    )
+    assert made.status_code == 201, made.text
+    document = httpx.post(
+        f"{first.base_url}/api/v1/mementos",
+        headers=first.headers,
+        json={
+            "uri_r": "https://replica.example/erased-text",
+            "content": "The erased wording must leave every replica's memory.",
+            "content_type": "text/plain",
+            "tool": "http.get",
+            "http_status": 200,
+        },
+        timeout=30.0,
+    )
+    assert document.status_code == 201, document.text
+    cited = httpx.post(
+        f"{second.base_url}/api/v1/transcripts/{transcript}/citations",
+        headers=second.headers,
+        json={
+            "citations": [
+                {"memento_id": document.json()["id"], "quote": {"exact": "erased wording"}}
+            ]
+        },
+        timeout=30.0,
+    )
+    assert cited.status_code == 201, cited.text
+    assert replicas.metric(second, "amber_text_cache_entries") >= 1
+
+    erased = httpx.post(
+        f"{first.base_url}/api/v1/mementos/{document.json()['id']}/erase",
+        headers=replicas.admin,
+        json={"reason": "replica text cache test"},
+        timeout=30.0,
+    )
+    assert erased.status_code == 200, erased.text
+    assert replicas.metric(second, "amber_text_cache_entries") == 0

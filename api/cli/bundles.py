@@ -16,7 +16,18 @@ from api.cli.shared import echo_json, opened
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tenant", default="default", show_default=True)
 @click.option("--print-key", is_flag=True, help="Print the bundle signing public key (PEM).")
-def export(transcript_id: str | None, output: Path | None, tenant: str, print_key: bool) -> None:
+@click.option(
+    "--consistent-to",
+    type=click.IntRange(min=1),
+    help="Also carry the log checkpoint of this size and the consistency proof to it.",
+)
+def export(
+    transcript_id: str | None,
+    output: Path | None,
+    tenant: str,
+    print_key: bool,
+    consistent_to: int | None,
+) -> None:
     """Write a transcript's evidence as a signed WACZ 1.1.1 audit bundle.
 
     Example: amber export --transcript t-1 -o t-1.wacz
@@ -29,13 +40,12 @@ def export(transcript_id: str | None, output: Path | None, tenant: str, print_ke
             return
         if not transcript_id or output is None:
             raise click.UsageError("give --transcript ID and -o FILE.wacz (or --print-key)")
-        bundle = export_bundle(archive, tenant, transcript_id)
+        bundle = export_bundle(archive, tenant, transcript_id, consistent_to=consistent_to)
     partial = output.with_name(output.name + ".partial")
-    partial.write_bytes(bundle.data)
+    with partial.open("wb") as out:
+        bundle.write_to(out)
     os.replace(partial, output)  # never a half-written bundle under the final name
-    click.echo(
-        f"wrote {output} ({len(bundle.data)} bytes, {len(bundle.mementos)} mementos)", err=True
-    )
+    click.echo(f"wrote {output} ({bundle.size} bytes, {len(bundle.mementos)} mementos)", err=True)
 
 
 @click.command("verify-bundle")
@@ -80,9 +90,14 @@ def verify_bundle(bundle: Path, vkey: str, tsa_ca: Path | None, wacz_key: Path |
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--tool", default="warc-import", show_default=True, help="Capture tool recorded.")
 @click.option("--tenant", default="default", show_default=True)
-def import_archive(source: Path, tool: str, tenant: str) -> None:
+@click.option(
+    "--transcript",
+    help="Restore an Amber bundle's citations into this transcript (default: the one each names).",
+)
+def import_archive(source: Path, tool: str, tenant: str, transcript: str | None) -> None:
     """Store every response and resource record of a WARC (.warc, .warc.gz) or WACZ as a
-    memento; idempotent. Prints a summary: records read, stored, already present, skipped.
+    memento, then the citations an Amber bundle states; idempotent. Prints a summary:
+    records read, stored, already present, skipped; citations stored, present, skipped.
 
     To cite from imported mementos, add the --tool name to [citations] evidence_sources.
 
@@ -96,8 +111,13 @@ def import_archive(source: Path, tool: str, tenant: str) -> None:
         if sys.stderr.isatty():
             with click.progressbar(length=0, label="records", file=sys.stderr) as bar:
                 summary = import_file(
-                    archive, source, tenant=tenant, tool=tool, progress=bar.update
+                    archive,
+                    source,
+                    tenant=tenant,
+                    tool=tool,
+                    transcript=transcript,
+                    progress=bar.update,
                 )
         else:
-            summary = import_file(archive, source, tenant=tenant, tool=tool)
+            summary = import_file(archive, source, tenant=tenant, tool=tool, transcript=transcript)
     echo_json(summary.as_dict())

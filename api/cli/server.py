@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from archive.config import Settings
 from archive.dates import to_rfc3339
 from archive.exceptions import AmberError
 from archive.index import DEFAULT_TENANT
+from archive.workermetrics import empty as empty_metrics
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -88,6 +90,10 @@ def serve(host: str, port: int, workers: int, insecure_no_auth: bool) -> None:
         import os
 
         os.environ["AMBER_PUBLIC_BASE_URL"] = str(settings.public_base_url)
+        # One scrape answers for every worker (archive/workermetrics.py): they publish here.
+        metrics_dir = Path(settings.metrics_dir or settings.data_dir / "metrics" / str(port))
+        empty_metrics(metrics_dir)
+        os.environ["AMBER_METRICS_DIR"] = str(metrics_dir.resolve())
         uvicorn.run("api.app:create_app", factory=True, workers=workers, **options)
     else:
         app = create_app(settings, auth=not insecure_no_auth)

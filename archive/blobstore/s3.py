@@ -25,6 +25,10 @@ Why it is built this way:
 - On a versioned bucket (every Object Lock bucket is one) deletes need the recorded
   VersionId: a versionless DeleteObject only adds a delete marker, hiding the evidence
   instead of deleting it, so :meth:`S3BlobStore.delete` refuses it with ``ValueError``.
+- PutObject, GetObject and HeadObject go through :class:`~archive.blobstore.s3_lean.LeanS3`
+  when given (``AMBER_S3_CLIENT=lean``), else through boto3; everything else is boto3's.
+
+Over 500 lines: one class whose single attempts and retry loop belong together.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob
 from archive.blobstore.inflight import InFlight
 from archive.blobstore.objectlock import S3ObjectLock, lock_state
 from archive.blobstore.s3_client import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_POOL_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
     NOT_FOUND_CODES,
     PRECONDITION_CODES,
     ObjectVanished,
@@ -63,6 +70,7 @@ from archive.blobstore.s3_client import (
     is_lock_refusal,
     is_transient,
 )
+from archive.blobstore.s3_lean import LeanS3, encryption_headers, lock_headers
 from archive.config import OBJECT_LOCK_MODES, Settings
 from archive.exceptions import (
     AmberError,
@@ -106,6 +114,7 @@ class S3BlobStore(S3ObjectLock):
         owns_client: bool = False,
         encryption: dict[str, str] | None = None,
         lock_mode: str | None = None,
+        lean: LeanS3 | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
@@ -131,23 +140,42 @@ class S3BlobStore(S3ObjectLock):
         self._versioned: bool | None = True if lock_mode else None
         # Puts in progress by address, with their lock date (see put).
         self._putting: InFlight[str, StoredBlob] = InFlight()
+        # PutObject, GetObject and HeadObject without botocore (s3_lean.py says why);
+        # None: every call goes through ``client``.
+        self.lean = lean
+        self._lean_put_headers = encryption_headers(self.encryption)
 
     @classmethod
     def from_settings(
         cls, *, bucket: str, prefix: str, settings: Settings, **options: Any
     ) -> S3BlobStore:
-        """Build a client for ``settings``; credentials come from the standard AWS chain."""
-        client = boto3.session.Session().client(
+        """Build a client for ``settings``; credentials come from the standard AWS chain.
+        ``AMBER_S3_CLIENT=lean`` (the default) puts, gets and heads through :class:`LeanS3`
+        with the same credentials; ``botocore`` sends everything through boto3."""
+        session = boto3.session.Session()
+        client = session.client(
             "s3",
             endpoint_url=settings.s3_endpoint_url,
             region_name=settings.s3_region,
             config=client_config(),
         )
+        lean = None
+        if settings.s3_client == "lean":
+            lean = LeanS3(
+                settings.s3_endpoint_url,
+                settings.s3_region,
+                bucket,
+                session.get_credentials(),
+                pool_size=DEFAULT_MAX_POOL_CONNECTIONS,
+                connect_timeout=DEFAULT_CONNECT_TIMEOUT,
+                read_timeout=DEFAULT_READ_TIMEOUT,
+            )
         return cls(
             client,
             bucket,
             prefix,
             owns_client=True,
+            lean=lean,
             encryption=encryption_params(settings.s3_sse, settings.s3_sse_kms_key_id),
             **{"lock_mode": settings.s3_object_lock_mode, **options},
         )
@@ -168,12 +196,12 @@ class S3BlobStore(S3ObjectLock):
         """
         address = content_address(data)
         key = self.key_for(address)
-        checksum = _sha256_base64(data)
+        digest = hashlib.sha256(data).digest()
         lock = self._initial_lock(retain_until)
 
         def put_retrying() -> StoredBlob:
             return self._retry(
-                "PUT", address, lambda: self._put_once(key, address, data, checksum, lock)
+                "PUT", address, lambda: self._put_once(key, address, data, digest, lock)
             )
 
         # Identical bytes put concurrently by this process go up once: S3 servers answer
@@ -253,6 +281,8 @@ class S3BlobStore(S3ObjectLock):
         self._uploads.shutdown(wait=True)
         if self._owns_client:
             self.client.close()
+        if self.lean is not None:
+            self.lean.close()
 
     def versions_of(self, address: str) -> list[str | None]:
         """Every stored version of the blob, oldest first (``[None]`` on an unversioned
@@ -309,8 +339,36 @@ class S3BlobStore(S3ObjectLock):
     # -- single attempts (no retries here) --------------------------------------------
 
     def _put_once(
-        self, key: str, address: str, data: bytes, checksum: str, lock: datetime | None
+        self, key: str, address: str, data: bytes, digest: bytes, lock: datetime | None
     ) -> StoredBlob:
+        checksum = base64.b64encode(digest).decode("ascii")
+        try:
+            version_id = self._send_put(key, data, digest, checksum, lock)
+        except ClientError as exc:
+            if error_code(exc) not in PRECONDITION_CODES:
+                raise
+            existing = self._confirm_existing(key, address, len(data), checksum)
+            if lock is not None and (existing.retain_until is None or existing.retain_until < lock):
+                applied = self._extend_once(key, address, existing.version_id, lock)
+                existing = replace(existing, retain_until=applied)
+            return existing
+        return StoredBlob(
+            address=address,
+            size=len(data),
+            version_id=version_id,
+            created=True,
+            retain_until=lock,
+        )
+
+    def _send_put(
+        self, key: str, data: bytes, digest: bytes, checksum: str, lock: datetime | None
+    ) -> str | None:
+        """One conditional-create PutObject; its VersionId. Raises ClientError."""
+        if self.lean is not None:
+            headers = self._lean_put_headers
+            if lock is not None and self._lock_mode is not None:
+                headers = {**headers, **lock_headers(self._lock_mode, lock)}
+            return self.lean.put_object(key, data, digest, headers)
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": key,
@@ -326,23 +384,8 @@ class S3BlobStore(S3ObjectLock):
         if lock is not None:
             params["ObjectLockMode"] = self._lock_mode
             params["ObjectLockRetainUntilDate"] = lock
-        try:
-            response = self.client.put_object(**params)
-        except ClientError as exc:
-            if error_code(exc) not in PRECONDITION_CODES:
-                raise
-            existing = self._confirm_existing(key, address, len(data), checksum)
-            if lock is not None and (existing.retain_until is None or existing.retain_until < lock):
-                applied = self._extend_once(key, address, existing.version_id, lock)
-                existing = replace(existing, retain_until=applied)
-            return existing
-        return StoredBlob(
-            address=address,
-            size=len(data),
-            version_id=response.get("VersionId"),
-            created=True,
-            retain_until=lock,
-        )
+        version_id: str | None = self.client.put_object(**params).get("VersionId")
+        return version_id
 
     def _confirm_existing(self, key: str, address: str, size: int, checksum: str) -> StoredBlob:
         """After a 412: prove the stored object is our bytes before calling the put done."""
@@ -365,6 +408,8 @@ class S3BlobStore(S3ObjectLock):
 
     def _get_once(self, key: str, address: str, version_id: str | None) -> bytes:
         try:
+            if self.lean is not None:
+                return self.lean.get_object(key, version_id)
             response = self.client.get_object(**self._params(key, version_id))
         except ClientError as exc:
             if error_code(exc) in NOT_FOUND_CODES:
@@ -380,6 +425,8 @@ class S3BlobStore(S3ObjectLock):
 
     def _head(self, key: str, version_id: str | None = None) -> dict[str, Any] | None:
         try:
+            if self.lean is not None:
+                return self.lean.head_object(key, version_id)
             head: dict[str, Any] = self.client.head_object(
                 **self._params(key, version_id), ChecksumMode="ENABLED"
             )
@@ -478,7 +525,3 @@ class S3BlobStore(S3ObjectLock):
             bucket=self.bucket,
             address=address,
         )
-
-
-def _sha256_base64(data: bytes) -> str:
-    return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")

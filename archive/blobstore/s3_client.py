@@ -19,6 +19,10 @@ from botocore.exceptions import (
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
+from urllib3.exceptions import HTTPError as URLLib3Error
+from urllib3.exceptions import SSLError as URLLib3SSLError
+
+from archive.blobstore.s3_lean import TruncatedBody
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
@@ -88,8 +92,12 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ClientError):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         return status >= 500 or status == 429 or error_code(exc) in TRANSIENT_CODES
-    if isinstance(exc, SSLError):
+    if isinstance(exc, SSLError | URLLib3SSLError):
         return False  # certificate problems do not heal by retrying
+    if isinstance(exc, TruncatedBody | URLLib3Error):
+        # The lean path's transport (s3_lean.py): timeouts, refused or broken connections,
+        # bodies shorter than announced.
+        return True
     # HTTPClientError covers ReadTimeoutError, ConnectionClosedError, ResponseStreamingError;
     # ConnectionError covers EndpointConnectionError and ConnectTimeoutError.
     return isinstance(

@@ -18,12 +18,13 @@ import binascii
 import hashlib
 import io
 import json
+import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -31,43 +32,43 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 try:  # installed with Amber
-    from archive.bundles.warcfile import WarcError, WarcRecord, check_digests, read_records
-    from archive.log.proofcheck import (
-        Checkpoint,
-        ProofError,
-        Verifier,
-        leaf_hash,
-        parse_tlog_proof,
-        verify_inclusion,
-        verify_note,
-        verify_timestamp,
-    )
+    from archive.bundles import warcfile
+    from archive.log import proofcheck
 except ImportError:  # copied out beside proofcheck.py and warcfile.py
-    from proofcheck import (  # type: ignore[no-redef]
-        Checkpoint,
-        ProofError,
-        Verifier,
-        leaf_hash,
-        parse_tlog_proof,
-        verify_inclusion,
-        verify_note,
-        verify_timestamp,
-    )
-    from warcfile import (  # type: ignore[no-redef]
-        WarcError,
-        WarcRecord,
-        check_digests,
-        read_records,
-    )
+    import proofcheck  # type: ignore[no-redef]
+    import warcfile  # type: ignore[no-redef]
+
+Checkpoint = proofcheck.Checkpoint
+ProofError = proofcheck.ProofError
+WarcError = warcfile.WarcError
+WarcRecord = warcfile.WarcRecord
 
 CITATIONS = "citations/citations.jsonl"
 UNSIGNED = {"datapackage.json", "datapackage-digest.json"}
+# Present when the export was asked for a later checkpoint: its note, and the RFC 9162
+# consistency proof to it from proofs/checkpoint.txt.
+LATER_CHECKPOINT = "proofs/later-checkpoint.txt"
+CONSISTENCY = "proofs/consistency.json"
+COPY_CHUNK = 1 << 20
+
+
+# An entry's bytes, or a stream of them and its length (export streams the WARC).
+Entry = bytes | tuple[IO[bytes], int]
 
 
 def canonical_zip(files: dict[str, bytes], created: str) -> bytes:
-    """The one zip layout of a bundle: entries sorted and stored, every timestamp the
-    datapackage's ``created``. Export writes it; the check rebuilds it and compares bytes,
-    so no zip field (dates, attributes, extra data) can change unnoticed."""
+    """The one zip layout of a bundle (:func:`write_canonical_zip`), in memory."""
+    out = io.BytesIO()
+    write_canonical_zip(out, dict(files), created)
+    return out.getvalue()
+
+
+def write_canonical_zip(out: IO[bytes], files: Mapping[str, Entry], created: str) -> None:
+    """The one zip layout of a bundle, written to a seekable ``out``: entries sorted and
+    stored, every timestamp the datapackage's ``created``. Export writes it; the check
+    rebuilds it and compares bytes, so no zip field (dates, attributes, extra data) can
+    change unnoticed. A streamed entry is written as its bytes would be: its size is set
+    first, and a seekable ``out`` needs no data descriptor."""
     moment = datetime.fromisoformat(created.replace("Z", "+00:00")).astimezone(UTC)
     stamp = (
         max(moment.year, 1980),
@@ -77,15 +78,19 @@ def canonical_zip(files: dict[str, bytes], created: str) -> bytes:
         moment.minute,
         moment.second,
     )
-    out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as bundle:
         for path in sorted(files):
             info = zipfile.ZipInfo(path, date_time=stamp)
             info.compress_type = zipfile.ZIP_STORED  # WACZ: WARCs stay seekable
             info.create_system = 3
             info.external_attr = 0o644 << 16
-            bundle.writestr(info, files[path])
-    return out.getvalue()
+            entry = files[path]
+            if isinstance(entry, bytes):
+                bundle.writestr(info, entry)
+                continue
+            stream, info.file_size = entry
+            with bundle.open(info, "w") as sink:
+                shutil.copyfileobj(stream, sink, COPY_CHUNK)
 
 
 def digest_document(
@@ -142,8 +147,9 @@ def verify_bundle(
         _check_layout(data, files)
         records = _check_warc(files["archive/data.warc.gz"])
         report.records = len(records)
-        verifier = Verifier.parse(vkey)
+        verifier = proofcheck.Verifier.parse(vkey)
         checkpoint = _check_checkpoint(files, verifier, tsa_ca)
+        _check_consistency(files, verifier, checkpoint)
         entries = _entries(files)
         _check_one_set(entries, records)
     except (BundleError, ProofError, WarcError) as exc:
@@ -266,30 +272,54 @@ def _check_signature(signed: Any, expected: str, wacz_key: bytes | None) -> None
 
 
 def _check_warc(data: bytes) -> list[WarcRecord]:
-    records = list(read_records(data))
+    records = list(warcfile.read_records(data))
     for record in records:
         try:
-            check_digests(record)
+            warcfile.check_digests(record)
         except WarcError as exc:
             raise BundleError(f"record {record.get('WARC-Record-ID')}: {exc}") from None
     return records
 
 
 def _check_checkpoint(
-    files: dict[str, bytes], verifier: Verifier, tsa_ca: bytes | None
+    files: dict[str, bytes], verifier: proofcheck.Verifier, tsa_ca: bytes | None
 ) -> Checkpoint:
     note_bytes = files.get("proofs/checkpoint.txt")
     if note_bytes is None:
         raise BundleError("the bundle has no checkpoint (proofs/checkpoint.txt)")
-    checkpoint = Checkpoint.parse(verify_note(note_bytes.decode("utf-8"), verifier))
+    checkpoint = Checkpoint.parse(proofcheck.verify_note(note_bytes.decode("utf-8"), verifier))
     if checkpoint.origin != verifier.name:
         raise ProofError("the checkpoint's origin is not the verifier key's name")
     if tsa_ca is not None:
         stamp = files.get("proofs/checkpoint.tsr")
         if stamp is None:
             raise BundleError("a TSA certificate was given but the checkpoint has no timestamp")
-        verify_timestamp(stamp, note_bytes, tsa_ca)
+        proofcheck.verify_timestamp(stamp, note_bytes, tsa_ca)
     return checkpoint
+
+
+def _check_consistency(
+    files: dict[str, bytes], verifier: proofcheck.Verifier, pinned: Checkpoint
+) -> None:
+    """A later checkpoint, when the bundle holds one, is signed by the vkey and extends the
+    bundle's checkpoint (its consistency proof checks out)."""
+    note, proof = files.get(LATER_CHECKPOINT), files.get(CONSISTENCY)
+    if note is None and proof is None:
+        return
+    if note is None or proof is None:
+        raise BundleError(f"{LATER_CHECKPOINT} and {CONSISTENCY} come together")
+    later = Checkpoint.parse(proofcheck.verify_note(note.decode("utf-8"), verifier))
+    if later.origin != verifier.name:
+        raise ProofError("the later checkpoint's origin is not the verifier key's name")
+    stated = _json(proof, CONSISTENCY)
+    try:
+        sizes = (stated["old_size"], stated["new_size"])
+        hashes = [base64.b64decode(h, validate=True) for h in stated["proof"]]
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        raise BundleError(f"{CONSISTENCY} is not a consistency proof") from None
+    if sizes != (pinned.size, later.size):
+        raise ProofError("the consistency proof is not between the bundle's two checkpoints")
+    proofcheck.verify_consistency(pinned.size, later.size, hashes, pinned.root, later.root)
 
 
 def _entries(files: dict[str, bytes]) -> list[dict[str, Any]]:
@@ -317,17 +347,17 @@ def _proven(
     proof_bytes = files.get(base + ".tlog-proof")
     if proof_bytes is None:
         raise BundleError(f"no proof for {kind} {subject}")
-    proof = parse_tlog_proof(proof_bytes.decode("utf-8"))
+    proof = proofcheck.parse_tlog_proof(proof_bytes.decode("utf-8"))
     if proof.note.encode("utf-8") != files["proofs/checkpoint.txt"]:
         raise ProofError(f"the {kind} proof ends with another checkpoint")
     if proof.index != index:
         raise ProofError(f"the {kind} proof is for leaf {proof.index}, not {index}")
     statement_bytes = files.get(base + ".statement.json")
     if statement_bytes is not None:
-        hashed = leaf_hash(statement_bytes)
+        hashed = proofcheck.leaf_hash(statement_bytes)
     else:
         hashed = bytes.fromhex(files[base + ".leaf-hash"].decode("ascii"))
-    verify_inclusion(proof.index, checkpoint.size, hashed, proof.path, checkpoint.root)
+    proofcheck.verify_inclusion(proof.index, checkpoint.size, hashed, proof.path, checkpoint.root)
     if statement_bytes is None:
         return None
     statement = _json(statement_bytes, f"the {kind} statement")
@@ -374,6 +404,8 @@ def _compare_citation(statement: dict[str, Any], entry: dict[str, Any]) -> None:
         ("selector", {"start": position["start"], "end": position["end"]}),
         ("run_id", entry["run_id"]),
         ("created_at", entry["created_at"]),
+        ("document_sha256", entry.get("document_sha256")),
+        ("quote_sha256", entry.get("quote_sha256")),
     )
     for key, value in pairs:
         if statement.get(key) != value:

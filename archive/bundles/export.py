@@ -13,23 +13,31 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from sqlalchemy import Connection, select
 
-from archive.bundles.bundlecheck import canonical_zip, digest_document
+from archive.bundles.bundlecheck import (
+    CONSISTENCY,
+    LATER_CHECKPOINT,
+    Entry,
+    digest_document,
+    write_canonical_zip,
+)
 from archive.bundles.warcfile import http_block, record_bytes
 from archive.dates import to_rfc3339
-from archive.exceptions import NotYetCheckpointed, TranscriptNotFound
+from archive.exceptions import InvalidInput, NotFound, NotYetCheckpointed, TranscriptNotFound
 from archive.index.schema import citations, log_checkpoints, log_leaves, transcripts
 from archive.log import tree
 from archive.log.proofcheck import format_tlog_proof
@@ -49,12 +57,45 @@ CITATIONS = "citations/citations.jsonl"
 RENAMED_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 ORIG_PREFIX = "X-Archive-Orig-"
 RECORD_NAMESPACE = uuid.UUID("6f0b1d4e-3c35-5d0e-9a59-616d62657231")
+WARC = "archive/data.warc.gz"
+CHUNK = 1 << 20
+SPOOL = 2 << 20  # bytes of a WARC or a bundle kept in memory before it spills to disk
 
 
 @dataclass(frozen=True)
 class Bundle:
-    data: bytes
+    """A bundle written to a spooled temporary file: in memory up to ``SPOOL`` bytes, then
+    on disk, so an export's memory does not grow with the bundle. Read it once with
+    :meth:`chunks` (which closes it) or :meth:`write_to`; :attr:`data` is for small ones."""
+
+    file: IO[bytes]
+    size: int
     mementos: list[str]  # every memento id in it, for the read audit
+
+    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
+        try:
+            self.file.seek(0)
+            while chunk := self.file.read(size):
+                yield chunk
+        finally:
+            self.file.close()
+
+    def write_to(self, out: IO[bytes]) -> None:
+        with self.file:
+            self.file.seek(0)
+            shutil.copyfileobj(self.file, out, CHUNK)
+
+    @property
+    def data(self) -> bytes:
+        self.file.seek(0)
+        return self.file.read()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _spooled() -> IO[bytes]:
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL)
 
 
 def record_id(kind: str, subject: str) -> str:
@@ -107,9 +148,11 @@ class _State:
     checkpoint: Any
     paths: dict[int, list[bytes]]
     changed: datetime
+    later: Any = None  # the checkpoint a consistency proof leads to, when one was asked for
+    consistency: list[bytes] = field(default_factory=list)
 
 
-def _gather(archive: Archive, tenant: str, transcript_id: str) -> _State:
+def _gather(archive: Archive, tenant: str, transcript_id: str, consistent_to: int | None) -> _State:
     with archive.index.read() as connection:
         transcript = connection.execute(
             select(transcripts).where(
@@ -135,8 +178,26 @@ def _gather(archive: Archive, tenant: str, transcript_id: str) -> _State:
                 leaf.idx: tree.inclusion_proof(connection, leaf.idx, checkpoint.size)
                 for leaf in leaves.values()
             }
+        later, consistency = _later(connection, checkpoint, consistent_to)
     changed = max([transcript.updated_at, *(r.created_at for r in rows)])
-    return _State(transcript, list(rows), mementos, leaves, checkpoint, paths, changed)
+    return _State(
+        transcript, list(rows), mementos, leaves, checkpoint, paths, changed, later, consistency
+    )
+
+
+def _later(connection: Connection, pinned: Any, size: int | None) -> tuple[Any, list[bytes]]:
+    """The checkpoint of ``size`` and the consistency proof to it from the pinned one."""
+    if size is None or pinned is None or size == pinned.size:
+        return None, []
+    if size < pinned.size:
+        raise InvalidInput(
+            f"consistent_to must be at least the bundle's checkpoint size ({pinned.size})"
+        )
+    later = connection.execute(select(log_checkpoints).where(log_checkpoints.c.size == size))
+    found = later.first()
+    if found is None:
+        raise NotFound(f"no signed checkpoint of size {size}")
+    return found, tree.consistency_proof(connection, pinned.size, size)
 
 
 def _leaves(
@@ -178,25 +239,41 @@ def _checkpoint(connection: Connection, leaves: dict[tuple[str, str], Any]) -> A
 # -- building -------------------------------------------------------------------------------
 
 
-def export_bundle(archive: Archive, tenant: str, transcript_id: str) -> Bundle:
-    state = _gather(archive, tenant, transcript_id)
+def export_bundle(
+    archive: Archive, tenant: str, transcript_id: str, *, consistent_to: int | None = None
+) -> Bundle:
+    """The transcript's bundle. ``consistent_to``: also carry the checkpoint of that tree
+    size and the consistency proof to it from the bundle's own (deterministic too)."""
+    state = _gather(archive, tenant, transcript_id, consistent_to)
     if state.leaves and state.checkpoint is None and archive.index.log is not None:
         archive.evidence_log().step(force=True)  # sign the checkpoint the leaves wait for
-        state = _gather(archive, tenant, transcript_id)
+        state = _gather(archive, tenant, transcript_id, consistent_to)
     if state.leaves and state.checkpoint is None:
         raise NotYetCheckpointed("the transcript's leaves are not in a signed checkpoint yet")
-    files: dict[str, bytes] = {}
-    warc, record_ids, passages = _warc(archive, state)
-    files["archive/data.warc.gz"] = warc
-    files["indexes/index.cdx"] = _cdxj(warc, passages)
-    files["pages/pages.jsonl"] = _pages(state)
-    files[CITATIONS] = _citations_file(state, record_ids)
-    files.update(_proofs(state))
-    key = load_wacz_key(archive.settings.data_dir)
-    datapackage = _datapackage(state, files)
-    files["datapackage.json"] = datapackage
-    files["datapackage-digest.json"] = _digest(state, datapackage, key)
-    return Bundle(canonical_zip(files, to_rfc3339(state.changed)), sorted(state.mementos))
+    with _spooled() as warc:
+        warc_hash, record_ids, passages = _warc(archive, state, warc)
+        files: dict[str, Entry] = {}
+        sizes = {WARC: (warc_hash, warc.tell())}
+        files["indexes/index.cdx"] = _cdxj(warc, passages)
+        files["pages/pages.jsonl"] = _pages(state)
+        files[CITATIONS] = _citations_file(state, record_ids)
+        files.update(_proofs(state))
+        for path, data in files.items():
+            assert isinstance(data, bytes)
+            sizes[path] = ("sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+        key = load_wacz_key(archive.settings.data_dir)
+        datapackage = _datapackage(state, sizes)
+        files["datapackage.json"] = datapackage
+        files["datapackage-digest.json"] = _digest(state, datapackage, key)
+        warc.seek(0)
+        files[WARC] = (warc, sizes[WARC][1])
+        out = _spooled()
+        try:
+            write_canonical_zip(out, files, to_rfc3339(state.changed))
+        except BaseException:
+            out.close()
+            raise
+    return Bundle(out, out.tell(), sorted(state.mementos))
 
 
 def _dumps(value: Any) -> bytes:
@@ -207,9 +284,10 @@ def _ordered(state: _State) -> list[Memento]:
     return sorted(state.mementos.values(), key=lambda m: (m.captured_at, m.uri_r, m.id))
 
 
-def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[int]]:
-    """The WARC, each memento's record id, and the offsets of passage records."""
-    out = io.BytesIO()
+def _warc(archive: Archive, state: _State, out: IO[bytes]) -> tuple[str, dict[str, str], set[int]]:
+    """Write the WARC to ``out`` one record at a time (one memento's bytes in memory);
+    its SHA-256, each memento's record id, and the offsets of passage records."""
+    hasher = hashlib.sha256()
     passages: set[int] = set()
     ids: dict[str, str] = {}
     by_passage: dict[str, list[Any]] = {}
@@ -221,10 +299,15 @@ def _warc(archive: Archive, state: _State) -> tuple[bytes, dict[str, str], set[i
             refers_to = ids[memento.id] = record_id("memento", memento.id)
             if memento.scope.value == "passage":
                 passages.add(out.tell())
-            out.write(_memento_record(memento, archive.read_content(memento)))
+            _write(out, hasher, _memento_record(memento, archive.read_content(memento)))
         for row in by_passage.get(memento.id, []):
-            out.write(_citation_record(row, refers_to))
-    return out.getvalue(), ids, passages
+            _write(out, hasher, _citation_record(state, row, refers_to))
+    return "sha256:" + hasher.hexdigest(), ids, passages
+
+
+def _write(out: IO[bytes], hasher: Any, record: bytes) -> None:
+    out.write(record)
+    hasher.update(record)
 
 
 def _memento_record(memento: Memento, content: bytes) -> bytes:
@@ -272,9 +355,12 @@ def _reason(status: int) -> str:
         return ""
 
 
-def citation_facts(row: Any) -> dict[str, Any]:
-    """What a citation's metadata record and its citations.jsonl line both state."""
+def citation_facts(row: Any, statement: str | None) -> dict[str, Any]:
+    """What a citation's metadata record and its citations.jsonl line both state: enough to
+    restore its row on import (archive/bundles/citationimport.py), with the SHA-256 digests
+    its log leaf attests (``statement``; None without a log or once erased)."""
     selector = json.loads(row.selector_json) if row.selector_json else {}
+    logged = json.loads(statement) if statement else {}
     return {
         "citation_id": row.id,
         "transcript_id": row.transcript_id,
@@ -285,7 +371,11 @@ def citation_facts(row: Any) -> dict[str, Any]:
         "document_size": row.document_size,
         "document_uri_r": row.document_uri_r,
         "document_captured_at": to_rfc3339(row.document_captured_at),
+        "document_media_type": row.document_media_type,
+        "document_sha256": logged.get("document_sha256"),
         "quote_hash": row.quote_hash,
+        "quote_sha256": logged.get("quote_sha256"),
+        "source_ids": json.loads(row.source_ids_json),
         "selectors": [
             {
                 "type": "TextQuoteSelector",
@@ -303,8 +393,13 @@ def citation_facts(row: Any) -> dict[str, Any]:
     }
 
 
-def _citation_record(row: Any, refers_to: str | None) -> bytes:
-    body = _dumps(citation_facts(row))
+def _statement(state: _State, row: Any) -> str | None:
+    leaf = state.leaves.get(("citation", row.id))
+    return None if leaf is None else leaf.statement
+
+
+def _citation_record(state: _State, row: Any, refers_to: str | None) -> bytes:
+    body = _dumps(citation_facts(row, _statement(state, row)))
     headers = [
         ("WARC-Type", "metadata"),
         ("WARC-Record-ID", record_id("citation", row.id)),
@@ -318,17 +413,16 @@ def _citation_record(row: Any, refers_to: str | None) -> bytes:
     return record_bytes(headers, body, body)
 
 
-def _cdxj(warc: bytes, passages: set[int]) -> bytes:
+def _cdxj(warc: IO[bytes], passages: set[int]) -> bytes:
     """CDXJ of the replayable records. A passage shares its document's URI-R and datetime:
     where the document is in the bundle, the passage is left out of the index, so a replay
     tool shows the page, not the extracted text around a quote."""
     from cdxj_indexer import CDXJIndexer
 
     out = io.StringIO()
-    source = io.BytesIO(warc)
-    source.name = "data.warc.gz"
+    warc.seek(0)
     CDXJIndexer(
-        out, [source], sort=True, filename="data.warc.gz", records="response,revisit,resource"
+        out, [warc], sort=True, filename="data.warc.gz", records="response,revisit,resource"
     ).process_all()
     lines = sorted(line for line in out.getvalue().splitlines() if line)
     parsed = [(line, line.split(" ", 2), json.loads(line.split(" ", 2)[2])) for line in lines]
@@ -363,7 +457,7 @@ def _pages(state: _State) -> bytes:
 def _citations_file(state: _State, record_ids: dict[str, str]) -> bytes:
     lines = []
     for row in state.citations:
-        entry = citation_facts(row)
+        entry = citation_facts(row, _statement(state, row))
         entry["warc_record_id"] = record_ids.get(row.passage_memento_id)
         entry["metadata_record_id"] = record_id("citation", row.id)
         leaf = state.leaves.get(("citation", row.id))
@@ -406,6 +500,15 @@ def _proofs(state: _State) -> dict[str, bytes]:
         return {}
     note = state.checkpoint.note
     files = {"proofs/checkpoint.txt": note.encode("utf-8")}
+    if state.later is not None:
+        files[LATER_CHECKPOINT] = state.later.note.encode("utf-8")
+        files[CONSISTENCY] = _dumps(
+            {
+                "old_size": state.checkpoint.size,
+                "new_size": state.later.size,
+                "proof": [base64.b64encode(h).decode() for h in state.consistency],
+            }
+        )
     if state.checkpoint.tsa_response is not None:
         files["proofs/checkpoint.tsr"] = base64.b64decode(state.checkpoint.tsa_response)
     for (kind, subject), leaf in sorted(state.leaves.items()):
@@ -419,15 +522,11 @@ def _proofs(state: _State) -> dict[str, bytes]:
     return files
 
 
-def _datapackage(state: _State, files: dict[str, bytes]) -> bytes:
+def _datapackage(state: _State, sizes: dict[str, tuple[str, int]]) -> bytes:
+    """``sizes``: every entry's ``sha256:`` hash and length."""
     resources = [
-        {
-            "name": os.path.basename(path),
-            "path": path,
-            "hash": "sha256:" + hashlib.sha256(data).hexdigest(),
-            "bytes": len(data),
-        }
-        for path, data in sorted(files.items())
+        {"name": os.path.basename(path), "path": path, "hash": digest, "bytes": size}
+        for path, (digest, size) in sorted(sizes.items())
     ]
     package = {
         "profile": "data-package",

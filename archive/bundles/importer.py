@@ -4,7 +4,8 @@ Its URI-R is the WARC-Target-URI, its Memento-Datetime the WARC-Date, its captur
 HTTP status and headers. Writes are idempotent (a memento's id is its URI-R, datetime and
 content address), so importing a file twice stores nothing the second time. Revisit records
 resolve to their original when it is in the same file (by WARC-Refers-To, else by payload
-digest), and are skipped with a reason otherwise. warcio reads the records: it decodes
+digest), and are skipped with a reason otherwise. The citations an Amber bundle states are
+restored after its captures (:mod:`archive.bundles.citationimport`). warcio reads the records: it decodes
 chunked and compressed HTTP bodies, so the stored bytes are what a browser was given.
 """
 
@@ -20,9 +21,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from archive.bundles.citationimport import (
+    CITATION_HEADER,
+    CitationTally,
+    citation_of,
+    restore_citations,
+)
 from archive.dates import parse_rfc3339
 from archive.exceptions import AmberError, InvalidInput
-from archive.mementos import CaptureFacts, Scope
+from archive.mementos import CaptureFacts, Memento, Scope
 from archive.writes import MementoRequest
 
 if TYPE_CHECKING:
@@ -40,6 +47,7 @@ class ImportSummary:
     stored: int = 0
     present: int = 0
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> records
+    citations: CitationTally = field(default_factory=CitationTally)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +55,9 @@ class ImportSummary:
             "stored": self.stored,
             "already_present": self.present,
             "skipped": dict(sorted(self.skipped.items())),
+            "citations_stored": self.citations.stored,
+            "citations_already_present": self.citations.present,
+            "citations_skipped": dict(sorted(self.citations.skipped.items())),
         }
 
 
@@ -58,6 +69,16 @@ class _Capture:
     content_type: str
     scope: Scope
     facts: CaptureFacts
+
+
+@dataclass
+class _File:
+    """What one WARC's records tell the records after them."""
+
+    by_id: dict[str, _Capture] = field(default_factory=dict)
+    by_digest: dict[tuple[str, str], _Capture] = field(default_factory=dict)
+    mementos: dict[str, Memento] = field(default_factory=dict)  # Amber-Memento-Id -> stored
+    citations: list[dict[str, Any]] = field(default_factory=list)
 
 
 def warc_streams(path: Path) -> Iterator[tuple[str, io.BufferedIOBase | io.BytesIO]]:
@@ -78,8 +99,11 @@ def import_file(
     *,
     tenant: str,
     tool: str = DEFAULT_TOOL,
+    transcript: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportSummary:
+    """Store every capture of ``path`` as a memento, then the citations an Amber bundle
+    states (into ``transcript`` when given, else the transcript each names)."""
     from warcio.archiveiterator import ArchiveIterator
     from warcio.exceptions import ArchiveLoadFailed
 
@@ -87,19 +111,23 @@ def import_file(
     streams = 0
     for name, stream in warc_streams(path):
         streams += 1
-        by_id: dict[str, _Capture] = {}
-        by_digest: dict[tuple[str, str], _Capture] = {}
+        seen = _File()
         before = summary.read
         try:
             for record in ArchiveIterator(stream, arc2warc=True):
                 summary.read += 1
-                _one(archive, record, tenant, tool, summary, by_id, by_digest)
+                _one(archive, record, tenant, tool, summary, seen)
                 if progress is not None:
                     progress(1)
         except ArchiveLoadFailed as exc:
             raise InvalidInput(f"not a readable WARC: {exc}") from None
         if summary.read == before and path.stat().st_size > 0:
             raise InvalidInput(f"{name} holds no readable WARC record")
+        if seen.citations:
+            tally = restore_citations(archive, tenant, seen.citations, seen.mementos, transcript)
+            summary.citations.stored += tally.stored
+            summary.citations.present += tally.present
+            summary.citations.skipped.update(tally.skipped)
     if streams == 0:
         raise InvalidInput("the zip holds no archive/*.warc file: not a WACZ")
     return summary
@@ -111,13 +139,19 @@ def _one(
     tenant: str,
     tool: str,
     summary: ImportSummary,
-    by_id: dict[str, _Capture],
-    by_digest: dict[tuple[str, str], _Capture],
+    seen: _File,
 ) -> None:
     kind = record.rec_type
     headers = record.rec_headers
+    if kind == "metadata" and headers.get_header(CITATION_HEADER):
+        facts = citation_of(headers, record.content_stream().read())
+        if facts is None:
+            summary.skipped["citation record not in Amber's form"] += 1
+        else:
+            seen.citations.append(facts)
+        return
     if kind == "revisit":
-        capture = _revisit(record, by_id, by_digest)
+        capture = _revisit(record, seen.by_id, seen.by_digest)
         if capture is None:
             summary.skipped["revisit of a record not in this file"] += 1
             return
@@ -128,10 +162,10 @@ def _one(
             return
         record_id = headers.get_header("WARC-Record-ID")
         if record_id:
-            by_id[record_id] = capture
+            seen.by_id[record_id] = capture
         digest = headers.get_header("WARC-Payload-Digest")
         if digest:
-            by_digest[(capture.uri_r, digest)] = capture
+            seen.by_digest[(capture.uri_r, digest)] = capture
     else:
         summary.skipped[f"{kind} record (not a capture)"] += 1
         return
@@ -150,6 +184,9 @@ def _one(
     except AmberError as error:
         summary.skipped[f"refused: {type(error).__name__}"] += 1
         return
+    amber_id = headers.get_header("Amber-Memento-Id")
+    if amber_id and kind != "revisit":
+        seen.mementos[amber_id] = written.memento
     if written.created:
         summary.stored += 1
     else:

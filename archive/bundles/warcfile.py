@@ -69,13 +69,18 @@ def split_http(block: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
     parts = lines[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
         raise WarcError("an HTTP response block has no status line")
+    return int(parts[1]), _header_lines(lines[1:], "an HTTP"), body
+
+
+def _header_lines(lines: Sequence[str], what: str) -> list[tuple[str, str]]:
+    """``Name: value`` lines as pairs; ``what`` names the kind in the error."""
     headers = []
-    for line in lines[1:]:
+    for line in lines:
         name, colon, value = line.partition(":")
         if not colon:
-            raise WarcError("an HTTP header line has no colon")
+            raise WarcError(f"{what} header line has no colon")
         headers.append((name.strip(), value.strip()))
-    return int(parts[1]), headers, body
+    return headers
 
 
 def record_bytes(headers: Sequence[tuple[str, str]], block: bytes, payload: bytes) -> bytes:
@@ -119,12 +124,7 @@ def _parse_stream(raw: bytes, offset: int, length: int) -> Iterator[WarcRecord]:
         lines = raw[position:end].decode("utf-8", "replace").split("\r\n")
         if lines[0] not in ("WARC/1.1", "WARC/1.0"):
             raise WarcError("a WARC record does not start with WARC/1.1 or WARC/1.0")
-        headers = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(":")
-            if not colon:
-                raise WarcError("a WARC header line has no colon")
-            headers.append((name.strip(), value.strip()))
+        headers = _header_lines(lines[1:], "a WARC")
         record = WarcRecord(headers, b"", offset, length)
         size = record.get("Content-Length")
         if size is None or not size.isdigit():

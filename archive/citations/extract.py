@@ -158,6 +158,12 @@ def forget_cached(tenant: str | None, addresses: Collection[str]) -> None:
             _cache_chars -= len(_cache.pop(key).text)
 
 
+def cached_entries() -> int:
+    """How many extraction results this process remembers (for /metrics)."""
+    with _cache_lock:
+        return len(_cache)
+
+
 def _cache_get(key: _CacheKey) -> ExtractedText | None:
     with _cache_lock:
         found = _cache.get(key)

@@ -314,19 +314,11 @@ class CitationLedger:
         now: datetime,
     ) -> dict[str, Any]:
         evidence, match = plan.evidence, plan.match
-        identity = "\n".join(
-            (
-                tenant,
-                transcript_id,
-                passage.id,
-                str(match.start),
-                str(match.end),
-                evidence.document_hash,
-            )
-        )
         selector = {"exact": match.exact, "prefix": match.prefix, "suffix": match.suffix}
         return {
-            "id": blake3.blake3(identity.encode()).hexdigest()[:32],
+            "id": citation_id(
+                tenant, transcript_id, passage.id, match.start, match.end, evidence.document_hash
+            ),
             "tenant": tenant,
             "transcript_id": transcript_id,
             "passage_memento_id": passage.id,
@@ -354,6 +346,27 @@ class CitationLedger:
             ),
             "created_at": now,
         }
+
+    def restore(
+        self, rows: Sequence[dict[str, Any]], digests: Mapping[str, tuple[str, str]] | None
+    ) -> set[str]:
+        """Insert citation rows recorded elsewhere (an audit bundle's), with their own ids,
+        dates and run ids; idempotent. Each row inserted gets its log leaf (``digests``: the
+        document and quote SHA-256 by citation id; required when the log is on) and its
+        evidence is re-dated. Returns the ids inserted now."""
+        with self.index.write() as connection:
+            inserted = self.index.insert_ignoring(
+                connection, citations, list(rows), conflict=["id"], returning=citations.c.id
+            )
+            if self.index.log is not None:
+                assert digests is not None
+                self.index.log.append(
+                    connection,
+                    [citation_statement(r, *digests[r["id"]]) for r in rows if r["id"] in inserted],
+                )
+            reached = {r["passage_memento_id"] for r in rows}
+            self.redate(connection, reached | {r["document_memento_id"] for r in rows} - {None})
+        return {str(i) for i in inserted}
 
     def for_transcript(self, tenant: str, transcript_id: str) -> list[Citation]:
         with self.index.read() as connection:
@@ -413,6 +426,15 @@ class CitationLedger:
             loaded = self.load(connection, tenant, list(stored.body["citation_ids"]))
         errors = [CitationError(**e) for e in stored.body.get("errors", [])]
         return CiteResult(loaded, errors, created=stored.status_code == 201)
+
+
+def citation_id(
+    tenant: str, transcript_id: str, passage_id: str, start: int, end: int, document_hash: str
+) -> str:
+    """A citation's id: the same quote of the same passage in the same transcript is the
+    same citation (citing it again, or importing its bundle again, adds nothing)."""
+    identity = "\n".join((tenant, transcript_id, passage_id, str(start), str(end), document_hash))
+    return blake3.blake3(identity.encode()).hexdigest()[:32]
 
 
 def _reached(job: StoreJob) -> list[str]:

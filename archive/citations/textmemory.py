@@ -12,18 +12,30 @@ already hold; but an erasure promises the text is gone, memory included.
   change signal (:mod:`archive.index.signals`): before a cache is used, :meth:`heed` compares
   the signal's generation with the one it last saw and forgets everything when it moved
   (the other process does not say which addresses, and erasures are rare).
-- On PostgreSQL there is no signal: another replica keeps what it remembered until it is
-  evicted (each cache holds a few dozen entries, oldest forgotten first) or the process
-  ends. docs/design.md §7.3 says so.
+- On PostgreSQL, every replica and worker hears of it through the ``deletions`` row of
+  ``change_generations`` (:mod:`archive.index.generations`): an erasure is an exclusive
+  write, and every exclusive write moves that row in its own transaction. :meth:`heed`
+  reads the row (one small statement per citation request or drift run) and forgets
+  everything when it moved. Other deletions (retention sweeps) move it too, so the text
+  caches are emptied a little more often than erasures alone would need: they are small
+  and rebuilt from the bytes.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from archive.citations.extract import clear_cache, forget_cached
 from archive.citations.normalise import forget_prepared
+from archive.index.generations import DELETIONS
+
+if TYPE_CHECKING:
+    from archive.index import Index
+
+log = logging.getLogger(__name__)
 
 # A cache's own forgetting: (tenant, content addresses) for the named ones, or (None, None)
 # for everything it holds.
@@ -38,12 +50,31 @@ def _forget_module_caches(tenant: str | None, addresses: Collection[str] | None)
     forget_prepared()  # keyed by object: cannot be told apart by address
 
 
+def erasure_generation_of(index: Index) -> Callable[[], int | None] | None:
+    """What :class:`TextMemory` watches on ``index``: the erasures signal (SQLite), the
+    ``deletions`` generation row (PostgreSQL), or nothing (an index with neither)."""
+    if index.erasures_signalled:
+        return index.erasure_generation
+    generations = index.generations
+    if generations is None:
+        return None
+
+    def deletions_generation() -> int | None:
+        try:
+            return generations.read().get(DELETIONS)
+        except Exception as error:  # unknown: None makes heed() forget everything
+            log.warning("cannot read the change generations: %s", type(error).__name__)
+            return None
+
+    return deletions_generation
+
+
 class TextMemory:
     """The text caches of one process, kept coherent with erasures on one index.
 
-    ``generation`` is the index's erasure generation (``Index.erasure_generation``): it
-    moves after every erasure, and is None while one commits. None instead of a function
-    when the index has no signal (PostgreSQL): :meth:`heed` then does nothing."""
+    ``generation`` is the index's erasure generation (:func:`erasure_generation_of`): it
+    moves after every erasure, and is None while one commits (or cannot be read). None
+    instead of a function when the index has no signal: :meth:`heed` then does nothing."""
 
     def __init__(self, generation: Callable[[], int | None] | None) -> None:
         self._generation = generation
