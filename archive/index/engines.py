@@ -44,7 +44,7 @@ class OpenWrite:
     # What must happen once the transaction has ended (settling a change signal, see
     # Index.insert_mementos), whether it committed or not.
     after_end: ExitStack = field(default_factory=ExitStack)
-    # What the transaction must still do just before its commit (Changes.before_commit).
+    # What the transaction must still do just before its commit (Index._before_commit).
     before_commit: Callable[[Connection], None] | None = None
 
     def commit(self) -> None:

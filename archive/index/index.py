@@ -62,6 +62,7 @@ from archive.index.rows import (
 )
 from archive.index.schema import blobs, idempotency_keys, mementos
 from archive.index.timeline import Timeline, TimelineReader
+from archive.log.sequencer import PENDING as _LOG_PENDING
 from archive.log.sequencer import LeafSequencer
 from archive.mementos import Memento
 
@@ -174,9 +175,30 @@ class Index:
             self._writer.begin() as connection,
         ):
             lock_against_sweeps(connection, self.dialect, exclusive=exclusive)
-            self.changes.begin_write(connection, after_end, exclusive=exclusive)
+            self._begin_write(connection, after_end, exclusive=exclusive)
             yield connection
-            self.changes.before_commit(connection)
+            self._before_commit(connection)
+
+    def _begin_write(
+        self, connection: Connection, after_end: ExitStack, *, exclusive: bool
+    ) -> None:
+        """First under the write lock: the evidence log's leaves wait for the commit
+        (:meth:`_before_commit`), and the write becomes the changes it is
+        (:meth:`Changes.begin_write`). ``after_end`` runs once it has ended."""
+        after_end.callback(connection.info.pop, _LOG_PENDING, None)
+        if self.log is not None:
+            self.log.defer(connection)  # leaves sequenced by _before_commit
+        self.changes.begin_write(connection, after_end, exclusive=exclusive)
+
+    def _before_commit(self, connection: Connection) -> None:
+        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL), then
+        sequences the write's evidence-log leaves, as late as it can: those rows stay locked,
+        and concurrent writers wait, only until the commit, not through the whole
+        transaction. Always in this order (exclusive writes bump TimeMaps earlier), so no
+        writer waits for one row while holding the other."""
+        self.changes.before_commit(connection)
+        if self.log is not None:
+            self.log.flush(connection)
 
     async def observe_changes(self) -> None:
         """What every request awaits before answering from memory: :meth:`Changes.observe`."""
@@ -198,8 +220,8 @@ class Index:
         except BaseException:
             connection.close()
             raise
-        write = OpenWrite(connection, transaction, before_commit=self.changes.before_commit)
-        self.changes.begin_write(connection, write.after_end, exclusive=False)
+        write = OpenWrite(connection, transaction, before_commit=self._before_commit)
+        self._begin_write(connection, write.after_end, exclusive=False)
         return write
 
     def scrub(self) -> bool:
