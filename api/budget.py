@@ -4,7 +4,7 @@ In this order, and nowhere else:
 
 1. Authenticate from the headers and check the route's roles (401, 403, 429) before a byte
    of the body is read: a client without a valid key costs a header check, however large
-   or malformed what it sends.
+   or malformed what it sends. A route's ``Idempotency-Key`` is checked there too (400).
 2. Read the body up to ``AMBER_MAX_BODY_BYTES`` (413).
 3. Parse it under the JSON budget (:class:`archive.budget.JsonBudget`, 422 ``over_budget``
    naming the bound and where it broke) and validate it against the route's model (422
@@ -36,6 +36,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from api.auth import ADMITTED_PRINCIPAL, Gatekeeper, bearer_token, roles_required
+from api.deps import checked_idempotency_key, takes_idempotency_key
 from api.errors import (
     amber_error_response,
     invalid_request_response,
@@ -58,6 +59,7 @@ class BodyRoute:
     roles: frozenset[Role] | None  # None: the route asks for no key
     model: TypeAdapter[Any]
     json_without_content_type: bool = False  # parse a body sent without Content-Type
+    idempotency_key: bool = False  # check its Idempotency-Key header, before the body
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,11 @@ class RequestBudget:
             except AmberError as error:
                 return amber_error_response(error, method, path)
             scope[ADMITTED_PRINCIPAL] = principal
+        if route.idempotency_key:
+            try:
+                checked_idempotency_key(headers.get(b"idempotency-key"))
+            except AmberError as error:
+                return amber_error_response(error, method, path)
         declared = headers.get(b"content-length")
         if declared is not None and _over(declared, self.max_body_bytes):
             return too_large_response()
@@ -168,6 +175,7 @@ class BudgetedRoute(APIRoute):
         route = BodyRoute(
             roles=roles_required(self.dependant),
             model=TypeAdapter(self.body_field.field_info.annotation),
+            idempotency_key=takes_idempotency_key(self.dependant),
         )
 
         async def budgeted(request: Request) -> Response:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Request
+from fastapi.dependencies.models import Dependant
 
 from api.urls import Urls
 from archive.archive import Archive
@@ -46,10 +47,23 @@ def get_and_head(router: APIRouter, path: str, **options: Any) -> Callable[[F], 
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
-async def idempotency_key(
-    key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
-) -> str | None:
+def checked_idempotency_key(key: str | None) -> str | None:
     """The optional ``Idempotency-Key`` header, validated (printable ASCII, 1-255)."""
     if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidInput("Idempotency-Key must be 1-255 printable ASCII characters")
     return key
+
+
+async def idempotency_key(
+    key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+) -> str | None:
+    """The route's ``Idempotency-Key``. A route with a body has had it checked already, before
+    its body was read (:class:`api.budget.RequestBudget`); this documents the header."""
+    return checked_idempotency_key(key)
+
+
+def takes_idempotency_key(dependant: Dependant) -> bool:
+    """Whether a route reads the ``Idempotency-Key`` header (:func:`idempotency_key`)."""
+    return any(
+        sub.call is idempotency_key or takes_idempotency_key(sub) for sub in dependant.dependencies
+    )

@@ -19,10 +19,8 @@ from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from starlette import types as asgi
 
-from api.auth import Gatekeeper, record_read
-from api.browser import error_or_sign_in, session_id_of
+from api.auth import record_read
 from api.budget import BodyRoute, RequestBudget, replay
-from api.deps import IDEMPOTENCY_KEY
 from api.errors import amber_error_response, unexpected_error_response
 from api.mementos import (
     READER_ROLES,
@@ -33,6 +31,7 @@ from api.mementos import (
     memento_request,
 )
 from api.models import MementoIn
+from api.readroute import ReadRoute
 from api.urls import MEMENTO_PREFIX, Urls
 from archive.access.keys import Principal
 from archive.archive import Archive
@@ -62,8 +61,7 @@ def is_memento_content(scope: asgi.Scope) -> bool:
     return memento_id != path and memento_id != "" and "/" not in memento_id
 
 
-@dataclass
-class MementoRoute:
+class MementoRoute(ReadRoute[tuple[str, str], "ServedMemento"]):
     """The URI-M route as plain ASGI: the same authorisation and answer as the FastAPI route,
     without its routing, dependency solving and middleware layers, and with everything it
     needs in plain attributes (Starlette's ``State`` resolves each through ``__getattr__``).
@@ -73,58 +71,28 @@ class MementoRoute:
     re-hash and the headers (benchmarks/README.md).
     """
 
-    gatekeeper: Gatekeeper
-    urls: Urls
-    archive: Archive | None = None  # set by start()
-    # (tenant, id) -> what answering it needs, until the next deletion in any process.
-    _served: ReadCache[tuple[str, str], ServedMemento] | None = None
-    _starts: int = 0  # lifespans that started this route and have not closed it
+    # Its memory: (tenant, id) -> what answering it needs, until the next deletion in any
+    # process.
 
-    def start(self, archive: Archive) -> None:
-        self._starts += 1  # one close per start: a test may run two lifespans on one app
-        if self.archive is archive and self._served is not None:
-            return  # given at creation (tests) and started again by the lifespan
-        self.archive = archive
-        self._served = archive.index.cache_until_deletion(
+    def new_memory(self, archive: Archive) -> ReadCache[tuple[str, str], ServedMemento]:
+        return archive.index.changes.cache_until_deletion(
             ServedMemento.weight, budget=archive.settings.uri_m_cache_mb * 1024 * 1024
         )
 
     def served_cache(self) -> ReadCache[tuple[str, str], ServedMemento] | None:
         """The memory of answers (its counters and usage), once started."""
-        return self._served
+        return self.memory
 
-    def close(self) -> None:
-        self._starts = max(0, self._starts - 1)
-        if self._starts == 0 and self._served is not None:
-            self._served.close()
-            self._served = None
+    roles = READER_ROLES
+    header = b"if-none-match"
 
-    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
-        method: str = scope["method"]
+    async def reply(
+        self, principal: Principal, scope: asgi.Scope, if_none_match: str | None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         path: str = scope["path"]
-        authorization = if_none_match = None
-        for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == b"if-none-match" and if_none_match is None:
-                if_none_match = value.decode("latin-1")
-        try:
-            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
-                await self.archive.index.observe_changes()
-            principal = await self.gatekeeper.authorize_request(
-                authorization, session_id_of(scope) if authorization is None else None, READER_ROLES
-            )
-            status, headers, body = await self.resolve(
-                principal, path[len(MEMENTO_PREFIX) :], method, if_none_match
-            )
-        except AmberError as error:
-            await error_or_sign_in(error, scope)(scope, receive, send)
-            return
-        except Exception:
-            await unexpected_error_response(method, path)(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        return await self.resolve(
+            principal, path[len(MEMENTO_PREFIX) :], scope["method"], if_none_match
+        )
 
     async def resolve(
         self, principal: Principal, memento_id: str, method: str, if_none_match: str | None
@@ -132,7 +100,7 @@ class MementoRoute:
         """``(status, headers, body)`` of a URI-M request by an authorised principal, the
         headers as ASGI sends them."""
         archive = self.archive
-        cache = self._served
+        cache = self.memory
         assert archive is not None and cache is not None, "the app has not started"
         served = await cache.get_or_load_async(
             (principal.tenant, memento_id),
@@ -203,7 +171,10 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 # The write as the request budget sees it. A body sent without Content-Type is parsed too,
 # as this route always has; FastAPI's route would refuse it, so only a valid one is kept.
 WRITE_BODY = BodyRoute(
-    roles=WRITER_ROLES, model=TypeAdapter(MementoIn), json_without_content_type=True
+    roles=WRITER_ROLES,
+    model=TypeAdapter(MementoIn),
+    json_without_content_type=True,
+    idempotency_key=True,
 )
 
 
@@ -217,7 +188,7 @@ class WriteRoute:
 
     The request budget authorises, reads, parses and validates the request first (and
     refuses it there if it must). Only a well-formed request is served here: anything else
-    FastAPI would refuse (an odd Content-Type or Idempotency-Key, a body sent as ``null``)
+    FastAPI would refuse (an odd Content-Type, a body sent as ``null``)
     is handed, body and all, to the FastAPI route, so every refusal is FastAPI's or the
     budget's, exactly as on every other route.
     """
@@ -251,7 +222,6 @@ class WriteRoute:
             not isinstance(body, MementoIn)
             or admitted.principal is None
             or not _plain_json(content_type)
-            or (key is not None and not IDEMPOTENCY_KEY.fullmatch(key))
         ):
             await fallback(scope, replay(admitted.raw, receive), send)
             return

@@ -9,22 +9,20 @@ equal): the same authorisation, errors, read audit and bytes.
 
 Rendered answers are remembered too, on SQLite, per tenant and URI-R as requested (and
 TimeMap page, or chosen memento), until the next memento written or deleted in any process
-(:meth:`archive.index.index.Index.cache_until_timemaps_change`).
+(:meth:`archive.index.changes.Changes.cache_until_timemaps_change`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from fastapi import Response
 from starlette import types as asgi
 
-from api.auth import READERS, Gatekeeper, record_read
-from api.browser import error_or_sign_in, session_id_of
-from api.errors import unexpected_error_response
+from api.auth import READERS, record_read
 from api.models import TimeMapOut
+from api.readroute import ReadRoute
 from api.timetravel import (
     accept_datetime_of,
     timegate_response,
@@ -35,12 +33,10 @@ from api.urls import (
     TIMEGATE_PREFIX,
     TIMEMAP_JSON_PREFIX,
     TIMEMAP_LINK_PREFIX,
-    Urls,
     raw_uri_r_of,
 )
 from archive.access.keys import Principal
 from archive.archive import Archive
-from archive.exceptions import AmberError
 from archive.index.signals import ReadCache
 
 _READERS = frozenset(READERS)
@@ -89,66 +85,32 @@ class Answer(NamedTuple):
 _ANSWER_OVERHEAD = 700
 
 
-@dataclass
-class NavigationRoute:
+class NavigationRoute(ReadRoute[tuple[str, str, str, str], Answer]):
     """TimeGate and TimeMaps (both formats, every page), GET and HEAD, as plain ASGI."""
 
-    gatekeeper: Gatekeeper
-    urls: Urls
-    archive: Archive | None = None  # set by start()
-    # (tenant, prefix, URI-R as requested, page or chosen memento id) -> rendered answer.
-    _answers: ReadCache[tuple[str, str, str, str], Answer] | None = None
-    _starts: int = 0  # lifespans that started this route and have not closed it
+    # Its memory: (tenant, prefix, URI-R as requested, page or chosen memento id) -> rendered
+    # answer, until the next memento written or deleted in any process.
 
-    def start(self, archive: Archive) -> None:
-        self._starts += 1  # one close per start: a test may run two lifespans on one app
-        if self.archive is archive and self._answers is not None:
-            return  # given at creation (tests) and started again by the lifespan
-        self.archive = archive
-        self._answers = archive.index.cache_until_timemaps_change(
+    def new_memory(self, archive: Archive) -> ReadCache[tuple[str, str, str, str], Answer]:
+        return archive.index.changes.cache_until_timemaps_change(
             Answer.weight, budget=archive.settings.timemap_cache_mb * 1024 * 1024 // 2
         )
 
-    def close(self) -> None:
-        self._starts = max(0, self._starts - 1)
-        if self._starts == 0 and self._answers is not None:
-            self._answers.close()
-            self._answers = None
+    roles = _READERS
+    header = b"accept-datetime"
 
-    async def serve(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
-        method: str = scope["method"]
-        path: str = scope["path"]
+    async def reply(
+        self, principal: Principal, scope: asgi.Scope, accept_datetime: str | None
+    ) -> Answer:
         prefix = navigation_prefix(scope)
         assert prefix is not None, "only TimeGate and TimeMap requests come here"
-        authorization = accept_datetime = None
-        for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-            elif name == b"accept-datetime" and accept_datetime is None:
-                accept_datetime = value.decode("latin-1")
-        try:
-            if self.archive is not None:  # PostgreSQL: what changed in any replica, first
-                await self.archive.index.observe_changes()
-            principal = await self.gatekeeper.authorize_request(
-                authorization, session_id_of(scope) if authorization is None else None, _READERS
-            )
-            answer = await self.answer(principal, scope, prefix, accept_datetime)
-        except AmberError as error:
-            await error_or_sign_in(error, scope)(scope, receive, send)
-            return
-        except Exception:
-            await unexpected_error_response(method, path)(scope, receive, send)
-            return
-        await send(
-            {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
-        )
-        await send({"type": "http.response.body", "body": answer.body})
+        return await self.answer(principal, scope, prefix, accept_datetime)
 
     async def answer(
         self, principal: Principal, scope: asgi.Scope, prefix: str, accept_datetime: str | None
     ) -> Answer:
         """The answer to an authorised principal's request, its read audited."""
-        archive, answers, urls = self.archive, self._answers, self.urls
+        archive, answers, urls = self.archive, self.memory, self.urls
         assert archive is not None and answers is not None, "the app has not started"
         tenant = principal.tenant
         uri_r, page = raw_uri_r_of(scope, prefix)

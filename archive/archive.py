@@ -121,17 +121,21 @@ class Archive:
         )
         # (tenant, URI-R key) -> its Timeline, until a memento is written or deleted in any
         # process; only the half of AMBER_TIMEMAP_CACHE_MB the API leaves for rendered answers.
-        self.timelines: ReadCache[tuple[str, str], Timeline] = index.cache_until_timemaps_change(
-            Timeline.weight, budget=settings.timemap_cache_mb * 1024 * 1024 // 2
+        self.timelines: ReadCache[tuple[str, str], Timeline] = (
+            index.changes.cache_until_timemaps_change(
+                Timeline.weight, budget=settings.timemap_cache_mb * 1024 * 1024 // 2
+            )
         )
         # (address, version) -> the bytes of a live memento read from a remote store (S3),
         # until a deletion in any process; re-hashed before every answer. A local store
         # is read instead: a file read costs about what the re-hash does.
-        self.blob_bytes: ReadCache[tuple[str, str | None], bytes] = index.cache_until_deletion(
-            _bytes_weight,
-            budget=0
-            if blob_store.capabilities.reads_in_process
-            else settings.blob_cache_mb * 1024 * 1024,
+        self.blob_bytes: ReadCache[tuple[str, str | None], bytes] = (
+            index.changes.cache_until_deletion(
+                _bytes_weight,
+                budget=0
+                if blob_store.capabilities.reads_in_process
+                else settings.blob_cache_mb * 1024 * 1024,
+            )
         )
 
     @classmethod

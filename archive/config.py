@@ -39,6 +39,9 @@ class CitationPolicy:
     - ``keep_document``: also keep the whole cited document as a memento.
     - ``context_chars``: context kept on each side of a quote in the passage memento.
     - ``max_quote_chars`` / ``max_citations_per_request``: input limits.
+    - ``max_quote_occurrences``: occurrences of one quote in its document that locating
+      compares (exactly or normalised); a quote found more often is refused
+      (``quote_too_common``). What bounds locating's work besides the text's length.
     - ``policies``: named retention policies → ISO 8601 durations (``default`` = grace).
     """
 
@@ -52,6 +55,7 @@ class CitationPolicy:
     context_chars: int = 200
     max_quote_chars: int = 4000
     max_citations_per_request: int = 100
+    max_quote_occurrences: int = 10_000
     policies: Mapping[str, str] = field(default_factory=lambda: {"regulated": "P7Y"})
 
     @classmethod
@@ -64,7 +68,12 @@ class CitationPolicy:
         if "evidence_sources" in values:
             values["evidence_sources"] = tuple(values["evidence_sources"])
         policy = cls(**values)
-        if policy.context_chars < 0 or policy.max_quote_chars < 1 or policy.retention_days < 0:
+        if (
+            policy.context_chars < 0
+            or policy.max_quote_chars < 1
+            or policy.retention_days < 0
+            or policy.max_quote_occurrences < 1
+        ):
             raise ConfigurationError("[citations] limits must be positive")
         return policy
 

@@ -14,6 +14,7 @@ status code (see ``api/errors.py``), so the hierarchy below is also the error co
     │   │                             values, too deep, too many members, a long member name
     │   ├── EmptyQuote                the quote is empty, or only whitespace and invisible marks
     │   ├── QuoteNotFound             not in the document's text, exactly or normalised
+    │   ├── QuoteTooCommon            in the text more often than locating may compare
     │   ├── ExtractionLimitExceeded   reading a document's text broke a limit (``limit``)
     │   └── CitationsRejected         invalid citations, fail-closed: nothing stored (``errors``)
     ├── NotFound                      nothing there (or nothing this caller may see)
@@ -112,6 +113,14 @@ class EmptyQuote(InvalidInput):
 
 class QuoteNotFound(InvalidInput):
     code = "quote_not_found"
+
+
+class QuoteTooCommon(InvalidInput):
+    """The quote occurs in the document's text more often than ``[citations]
+    max_quote_occurrences``: it names no one passage, and choosing among that many by
+    context would cost the request more than any citation may."""
+
+    code = "quote_too_common"
 
 
 class ExtractionLimitExceeded(InvalidInput):

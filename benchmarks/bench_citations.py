@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_http import _proc_cpu_seconds as process_cpu_seconds  # the sibling script
 from bench_http import remove_data
+from loadloop import process_cpu_seconds  # the sibling module
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = 1200

@@ -41,6 +41,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loadloop import (  # the sibling module
+    Window,
+    load_process_main,
+    machine_cpu_seconds,
+    now,
+    process_cpu_seconds,
+    run_load_process,
+)
+from loadloop import percentile as percentile  # imported from here by bench_production.py
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GOAL_RATIO = 0.8
@@ -48,7 +60,6 @@ AUTH_GOAL_RATIO = 0.9  # authentication may cost at most 10% of throughput
 NOISY_OTHER_CPU = 0.25  # busy CPU (in cores) of everything but the server and the load
 SATURATED_LOAD_CPU = 0.85  # load process CPU (in cores) above which it is the bottleneck
 PASSAGE_BYTES = 4096
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------------------
@@ -79,14 +90,6 @@ class PhaseResult:
     answers_from_memory: float | None = None
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[int(rank) - 1]
-
-
 # --------------------------------------------------------------------------------------
 # Load process (runs as `bench_http.py _load SPEC.json OUT.json`)
 # --------------------------------------------------------------------------------------
@@ -109,26 +112,9 @@ def remove_data(path: Path) -> None:
     )
 
 
-def _proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def _machine_cpu_seconds() -> float:
-    """Busy CPU seconds of the whole machine (all cores), from /proc/stat."""
-    try:
-        with open("/proc/stat") as handle:
-            values = [int(v) for v in handle.readline().split()[1:]]
-    except OSError:
-        return 0.0
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return (sum(values[:8]) - idle) / CLK_TCK
+# Older names, which bench_production.py imports from here (loadloop.py has them now).
+_proc_cpu_seconds = process_cpu_seconds
+_machine_cpu_seconds = machine_cpu_seconds
 
 
 def _passage_body(index: int, salt: str, uri_space: int) -> bytes:
@@ -284,25 +270,22 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
             return HttpxClient(shared, f"http://{host}:{port}", spec.get("api_key"))
         return RawClient(host, port, spec.get("api_key"))
 
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
+    window = Window()
     uri_ms: list[str] = []
-    counter = 0
-    now = time.perf_counter  # uvloop's loop.time() only has millisecond resolution
-    state = {"measuring": False, "stop": False, "issued": 0}
+    counter = issued = 0
 
     async def worker() -> None:
-        nonlocal counter
+        nonlocal counter, issued
         client = make_client()
         try:
-            while not state["stop"]:
-                if state["measuring"] and total is not None:
-                    if state["issued"] >= total:
+            while not window.stop:
+                if window.measuring and total is not None:
+                    if issued >= total:
                         break
-                    state["issued"] += 1
+                    issued += 1
                 counter += 1
                 index = counter
-                counted = state["measuring"] or total is None
+                counted = window.measuring or total is None
                 body = _passage_body(index, salt, uri_space) if kind == "write" else None
                 start = now()
                 try:
@@ -319,78 +302,22 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
                     found = json.loads(data).get("uri_m")
                     if found:
                         uri_ms.append(found)
-                if counted and state["measuring"] and not state["stop"]:
-                    latencies.append(elapsed)
-                    statuses[status] = statuses.get(status, 0) + 1
+                if counted:
+                    window.count(elapsed, status)
         finally:
             await client.aclose()
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    await asyncio.sleep(warmup)
-    server_cpu0 = _proc_cpu_seconds(spec["server_pid"])
-    load_cpu0 = time.process_time()
-    machine_cpu0 = _machine_cpu_seconds()
-    t0 = now()
-    state["measuring"] = True
-    if total is None:
-        assert duration is not None
-        await asyncio.sleep(duration)
-        state["stop"] = True
-        t1 = now()
-        server_cpu1 = _proc_cpu_seconds(spec["server_pid"])
-        load_cpu1 = time.process_time()
-        machine_cpu1 = _machine_cpu_seconds()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    else:
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        t1 = now()
-        server_cpu1 = _proc_cpu_seconds(spec["server_pid"])
-        load_cpu1 = time.process_time()
-        machine_cpu1 = _machine_cpu_seconds()
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+    figures = await window.measure(
+        tasks, server_pid=spec["server_pid"], warmup=warmup, duration=duration
+    )
     if shared is not None:
         await shared.aclose()
-    seconds = t1 - t0
-    latencies.sort()
-    count = len(latencies)
-    errors = sum(n for status, n in statuses.items() if not 200 <= status < 300)
-    return {
-        "requests": count,
-        "errors": errors,
-        "seconds": seconds,
-        "rps": count / seconds if seconds else 0.0,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "mean_ms": (sum(latencies) / count * 1000) if count else 0.0,
-        "max_ms": (latencies[-1] * 1000) if count else 0.0,
-        "server_cpu": (server_cpu1 - server_cpu0) / seconds if seconds else 0.0,
-        "load_cpu": (load_cpu1 - load_cpu0) / seconds if seconds else 0.0,
-        # Everything else on the machine (other processes, kernel work for no one of ours):
-        # when it is high the figures are not trustworthy.
-        "other_cpu": max(
-            0.0,
-            (machine_cpu1 - machine_cpu0) - (server_cpu1 - server_cpu0) - (load_cpu1 - load_cpu0),
-        )
-        / seconds
-        if seconds
-        else 0.0,
-        "statuses": {str(k): v for k, v in sorted(statuses.items())},
-        "uri_ms": uri_ms,
-    }
+    return {**figures, "uri_ms": uri_ms}
 
 
 def load_main(spec_path: str, out_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvicorn[standard] ships uvloop
-        result = asyncio.run(_drive(spec))
-    else:
-        result = uvloop.run(_drive(spec))
-    Path(out_path).write_text(json.dumps(result))
-    return 0
+    return load_process_main(spec_path, out_path, _drive)
 
 
 # --------------------------------------------------------------------------------------
@@ -608,19 +535,13 @@ def run_phase(
     }
     spec_path = work_dir / f"spec-{mode}-{target}-{kind}.json"
     out_path = work_dir / f"out-{mode}-{target}-{kind}.json"
-    spec_path.write_text(json.dumps(spec))
     profiler = _start_profiler(args, server, f"{target}-{mode}-{kind}")
     before = scrape_metrics(server) if target == "amber" else None
     try:
-        subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "_load", str(spec_path), str(out_path)],
-            check=True,
-            cwd=REPO_ROOT,
-        )
+        raw = run_load_process(__file__, spec, spec_path, out_path, REPO_ROOT)
     finally:
         _stop_profiler(profiler)
     after = scrape_metrics(server) if before is not None else None
-    raw = json.loads(out_path.read_text())
     uri_ms = raw.pop("uri_ms")
     result = PhaseResult(
         mode=mode, target=target, kind=kind, **raw, **_server_figures(kind, before, after)

@@ -34,7 +34,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,12 +56,10 @@ from bench_http import (  # the sibling script, imported as a module
     RawClient,
     Server,
     _git_commit,
-    _machine_cpu_seconds,
-    _proc_cpu_seconds,
-    percentile,
     remove_data,
     start_amber,
 )
+from loadloop import Window, load_process_main, now, run_load_process
 
 GOAL_RATIO = 0.5
 KINDS = ("uri_m", "timegate", "timemap_link", "timemap_json")
@@ -86,6 +83,8 @@ class Phase:
     load_cpu: float
     other_cpu: float
     statuses: dict[str, int] = field(default_factory=dict)
+    mean_ms: float = 0.0
+    max_ms: float = 0.0
 
     @property
     def cpu_us(self) -> float:
@@ -104,18 +103,17 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
     targets: list[list[str | None]] = spec["targets"]  # [path, accept-datetime or None]
     random.shuffle(targets)
     expected: int = spec["expected"]
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    state = {"measuring": False, "stop": False, "next": 0}
-    now = time.perf_counter
+    window = Window()
+    issued = 0
     plain = f"Host: {host}:{port}\r\nAuthorization: Bearer {spec['api_key']}\r\n"
 
     async def worker() -> None:
+        nonlocal issued
         client = RawClient(host, port, spec["api_key"])
         try:
-            while not state["stop"]:
-                state["next"] += 1
-                path, accept = targets[state["next"] % len(targets)]
+            while not window.stop:
+                issued += 1
+                path, accept = targets[issued % len(targets)]
                 assert path is not None
                 client.fixed_headers = (
                     plain if accept is None else f"{plain}Accept-Datetime: {accept}\r\n"
@@ -127,58 +125,20 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
                     status = 0
                     await client.aclose()
                     client = RawClient(host, port, spec["api_key"])
-                elapsed = now() - start
-                if state["measuring"] and not state["stop"]:
-                    latencies.append(elapsed)
-                    statuses[status] = statuses.get(status, 0) + 1
+                window.count(now() - start, status)
         finally:
             await client.aclose()
 
     tasks = [asyncio.create_task(worker()) for _ in range(spec["concurrency"])]
-    await asyncio.sleep(spec["warmup"])
-    server0, load0, machine0 = (
-        _proc_cpu_seconds(spec["server_pid"]),
-        time.process_time(),
-        _machine_cpu_seconds(),
+    figures = await window.measure(
+        tasks, server_pid=spec["server_pid"], warmup=spec["warmup"], duration=spec["duration"]
     )
-    t0 = now()
-    state["measuring"] = True
-    await asyncio.sleep(spec["duration"])
-    state["stop"] = True
-    seconds = now() - t0
-    server1, load1, machine1 = (
-        _proc_cpu_seconds(spec["server_pid"]),
-        time.process_time(),
-        _machine_cpu_seconds(),
-    )
-    await asyncio.gather(*tasks, return_exceptions=True)
-    latencies.sort()
-    count = len(latencies)
-    return {
-        "requests": count,
-        "errors": count - statuses.get(expected, 0),
-        "seconds": seconds,
-        "rps": count / seconds,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "server_cpu": (server1 - server0) / seconds,
-        "load_cpu": (load1 - load0) / seconds,
-        "other_cpu": max(0.0, (machine1 - machine0) - (server1 - server0) - (load1 - load0))
-        / seconds,
-        "statuses": {str(k): v for k, v in sorted(statuses.items())},
-    }
+    # Not the expected status is an error here: a TimeGate answers 302.
+    return {**figures, "errors": figures["requests"] - window.statuses.get(expected, 0)}
 
 
 def load_main(spec_path: str, out_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvicorn[standard] ships uvloop
-        result = asyncio.run(_drive(spec))
-    else:
-        result = uvloop.run(_drive(spec))
-    Path(out_path).write_text(json.dumps(result))
-    return 0
+    return load_process_main(spec_path, out_path, _drive)
 
 
 # --------------------------------------------------------------------------------------
@@ -254,13 +214,8 @@ def run_phase(
         "duration": args.duration,
     }
     spec_path, out_path = work / f"spec-{backend}-{kind}.json", work / f"out-{backend}-{kind}.json"
-    spec_path.write_text(json.dumps(spec))
-    subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "_load", str(spec_path), str(out_path)],
-        check=True,
-        cwd=REPO_ROOT,
-    )
-    phase = Phase(backend=backend, round=n, kind=kind, **json.loads(out_path.read_text()))
+    measured = run_load_process(__file__, spec, spec_path, out_path, REPO_ROOT)
+    phase = Phase(backend=backend, round=n, kind=kind, **measured)
     if not args.json:
         print(
             f"{backend:<10} {n:>5} {kind:<13} {phase.rps:>8.0f} {phase.p50_ms:>8.2f} "

@@ -154,7 +154,9 @@ def build(root: Path, total: int, expired: int) -> Archive:
 def _flush(archive: Archive, rows: list[Any], blob_rows: list[Any], cite_rows: list[Any]) -> None:
     with archive.index.write() as connection:
         if blob_rows:
-            archive.index.insert_ignoring(connection, blobs, blob_rows, conflict=["address"])
+            archive.index.inserts.insert_ignoring(
+                connection, blobs, blob_rows, conflict=["address"]
+            )
         if rows:
             connection.execute(insert(mementos), rows)
         if cite_rows:

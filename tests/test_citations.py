@@ -249,6 +249,26 @@ def test_invalid_citations_fail_closed(
     assert counts(archive) == (0, 0)  # fail-closed: not even the valid one is stored
 
 
+def test_a_quote_too_common_to_locate_cheaply_is_refused_not_a_500(
+    client: Any, archive: Archive, transcript: str
+) -> None:
+    # "a a" occurs 20,000 times (overlapping) in this text: more than [citations]
+    # max_quote_occurrences (10,000 by default) lets locating compare, context or not.
+    flood = source(content="a " * 20_001, content_type="text/plain; charset=utf-8")
+    for quote in (
+        {"exact": "a a"},
+        {"exact": "a\u00a0a", "prefix": "a a a", "suffix": "a b"},  # found only normalised
+    ):
+        response = cite(client, {"source": flood, "quote": quote})
+        assert response.status_code == 422, response.text
+        [error] = response.json()["errors"]
+        assert error["reason"] == "quote_too_common"
+        assert "max_quote_occurrences" in error["detail"]
+        assert counts(archive) == (0, 0)
+    rare = source(content="a " * 20_001 + "the one place", content_type="text/plain")
+    assert cite(client, {"source": rare, "quote": {"exact": "one place"}}).status_code == 201
+
+
 def test_fail_open_stores_the_valid_and_reports_the_invalid(
     client: Any, archive: Archive, transcript: str
 ) -> None:

@@ -248,6 +248,49 @@ def test_verify_skips_mementos_deleted_on_purpose(origin: str, data_dir: Path) -
     assert expired_id not in damaged.stderr.decode()
 
 
+# -- erase ----------------------------------------------------------------------------------
+
+
+def test_erase_needs_a_reason_and_refuses_under_a_hold(origin: str, data_dir: Path) -> None:
+    memento_id = capture(f"{origin}/takedown", data_dir)
+    no_reason = amber("erase", memento_id, data_dir=data_dir)
+    assert no_reason.returncode == 2 and "--reason" in text(no_reason), text(no_reason)
+
+    archive = Archive.open(Settings(data_dir=data_dir))
+    try:
+        archive.retention.set_memento_hold("default", memento_id, True, "litigation", "admin")
+    finally:
+        archive.close()
+    held = amber("erase", memento_id, "--reason", "court order 114", data_dir=data_dir)
+    assert held.returncode == 1, text(held)
+    assert "not erased: the memento is under legal hold" in held.stderr.decode(), text(held)
+    assert "Traceback" not in text(held)
+    assert amber("show", memento_id, "--content", data_dir=data_dir).stdout == BODY
+
+    archive = Archive.open(Settings(data_dir=data_dir))
+    try:
+        archive.retention.set_memento_hold("default", memento_id, False, "settled", "admin")
+    finally:
+        archive.close()
+    done = amber("erase", memento_id, "--reason", "court order 114", "--json", data_dir=data_dir)
+    assert done.returncode == 0, text(done)
+    erased = json.loads(done.stdout)
+    assert erased["erased_ids"] == [memento_id] and erased["blobs_deleted"] == 1
+    assert not blob_path(data_dir, content_address(BODY)).exists()
+    gone = amber("show", memento_id, data_dir=data_dir)
+    assert gone.returncode == 1 and gone.stdout == b"", text(gone)
+
+    archive = Archive.open(Settings(data_dir=data_dir))
+    try:
+        [entry] = [e for e in archive.retention.admin_log("default") if e["action"] == "erasure"]
+    finally:
+        archive.close()
+    assert entry["reason"] == "court order 114" and entry["target_id"] == memento_id
+    assert str(entry["key_id"]).startswith("cli")
+    again = amber("erase", memento_id, "--reason", "twice", data_dir=data_dir)
+    assert again.returncode == 1 and "Traceback" not in text(again), text(again)
+
+
 # -- help -------------------------------------------------------------------------------------
 
 

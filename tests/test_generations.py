@@ -36,7 +36,7 @@ def two_indexes(postgres_url: str) -> Iterator[tuple[Index, Index]]:
 
 def _seen(index: Index) -> Generations:
     """What a new request on ``index`` reads (in a context of its own, as a request has)."""
-    generations = index.generations
+    generations = index.changes.generations
     assert generations is not None
 
     def read() -> Generations:
@@ -59,7 +59,7 @@ def test_a_change_is_seen_by_another_index_only_once_committed(
     assert after[REVOCATIONS] == start[REVOCATIONS]
 
     with first.write() as connection:  # what every revocation commits in
-        first.announce(connection, REVOCATIONS)
+        first.changes.announce(connection, REVOCATIONS)
     assert _seen(second)[REVOCATIONS] == start[REVOCATIONS] + 1
 
 
@@ -75,7 +75,7 @@ def test_a_request_that_read_no_generation_is_never_answered_from_memory(
     two_indexes: tuple[Index, Index],
 ) -> None:
     first, _ = two_indexes
-    cache: ReadCache[str, str] = first.cache_until_deletion(len, budget=1000)
+    cache: ReadCache[str, str] = first.changes.cache_until_deletion(len, budget=1000)
 
     def in_a_request(observe: bool) -> str | None:
         if observe:
@@ -98,7 +98,7 @@ def test_concurrent_requests_share_reads_and_each_read_starts_after_its_requests
     two_indexes: tuple[Index, Index],
 ) -> None:
     first, _ = two_indexes
-    generations = first.generations
+    generations = first.changes.generations
     assert generations is not None
     started: list[float] = []
     real_read = generations.read
@@ -135,7 +135,7 @@ def test_a_failed_read_means_no_memory_for_the_requests_it_served(
     two_indexes: tuple[Index, Index],
 ) -> None:
     first, _ = two_indexes
-    generations = first.generations
+    generations = first.changes.generations
     assert generations is not None
 
     def broken() -> Generations:

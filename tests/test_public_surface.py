@@ -55,6 +55,7 @@ PUBLIC = [
     "Principal",
     "QuoteNotFound",
     "QuoteRequest",
+    "QuoteTooCommon",
     "RateLimited",
     "RetentionConflict",
     "RetentionLocked",

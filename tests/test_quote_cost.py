@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from archive.citations import locate
 from archive.citations.context import ContextReader
 from archive.citations.normalise import _Map, _positions, _replacement
+from archive.exceptions import QuoteTooCommon
 
 # The package exports functions named like these modules.
 norm = importlib.import_module("archive.citations.normalise")
 context_module = importlib.import_module("archive.citations.context")
+locate_module = importlib.import_module("archive.citations.locate")
 
 FAST = settings(max_examples=400, deadline=None, database=None)
 
@@ -203,3 +205,27 @@ def test_context_of_a_repeated_quote_costs_linear_normalisation(
     assert match.occurrences > 2000 and match.start == len(text) - 4
     # The text once per mode tried, context aside: was a window of >1,000 per occurrence.
     assert sum(normalised) <= 4 * len(text)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("exact", ["a a", "a\u00a0a"])  # exactly, or only normalised
+def test_a_quote_past_the_occurrence_bound_is_refused_before_any_context_is_read(
+    mode: str, exact: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_context(*args: object, **kwargs: object) -> None:
+        raise AssertionError("context read for a quote that is refused anyway")
+
+    monkeypatch.setattr(locate_module, "ContextReader", no_context)
+    text = "a " * 500_000  # 1,000,000 characters, "a a" at every other one
+    with pytest.raises(QuoteTooCommon, match="more than 1000 times"):
+        locate(text, exact, prefix="a a a", suffix="a b", pdf=mode != "plain", max_occurrences=1000)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_quote_at_the_occurrence_bound_is_still_chosen_by_context(mode: str) -> None:
+    text = "a  " * 1000 + "x  a  a  y"  # "a a" 1,000 times normalised, the last after x
+    match = locate(text, "a a", prefix="x", suffix="y", pdf=mode != "plain", max_occurrences=1000)
+    assert match.occurrences == 1000 and match.method == "normalised"
+    assert text[match.start - 3] == "x"
+    with pytest.raises(QuoteTooCommon):
+        locate(text, "a a", prefix="x", suffix="y", pdf=mode != "plain", max_occurrences=999)

@@ -206,6 +206,34 @@ def test_body_over_the_byte_limit_is_413_once_authenticated(server: Any) -> None
     assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
 
 
+@pytest.mark.parametrize("path", ["/api/v1/mementos", "/api/v1/transcripts/t-budget/citations"])
+@pytest.mark.parametrize("key", ["with space", "a" * 300])
+def test_bad_idempotency_key_is_400_before_the_body_is_read(
+    server: Any, path: str, key: str
+) -> None:
+    # Announce 1 MB (within the body limit), send 1 byte and wait: an answer comes back
+    # only if the key was refused without waiting for the body.
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: {server.headers['Authorization']}\r\nIdempotency-Key: {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {1024 * 1024}\r\n\r\n"
+    )
+    started = time.monotonic()
+    answer = raw_request(server, head, b"{", close_after=20)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b'"invalid_input"' in answer and b"Idempotency-Key" in answer
+    assert time.monotonic() - started < 15
+
+
+def test_a_good_idempotency_key_still_writes(server: Any) -> None:
+    response = httpx.post(
+        server.base_url + "/api/v1/mementos",
+        json={**WRITE, "content": "keyed evidence"},
+        headers={**server.headers, "Idempotency-Key": "budget-key-1"},
+    )
+    assert response.status_code == 201, response.text
+
+
 # --- the HTTP edge: bounds and bounded answers --------------------------------------------
 
 

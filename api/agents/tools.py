@@ -86,6 +86,7 @@ DESCRIPTIONS = {
 # What the model should do after each kind of refusal; the server's reason codes.
 NEXT_STEP = {
     "quote_not_found": "Quote the words exactly as the evidence has them, or drop the claim.",
+    "quote_too_common": "Quote a longer, distinctive passage (a whole sentence), or drop it.",
     "disallowed_tool": "A search result is not evidence: fetch_evidence the page itself.",
     "memento_not_found": "Cite only memento_ids that fetch_evidence or store_evidence returned.",
 }

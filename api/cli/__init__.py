@@ -1,7 +1,7 @@
 """The ``amber`` command: thin wrappers over ``archive`` (parse, call, render).
 
 One module per family of commands: ``server`` (serve, keys), ``mementos`` (capture,
-timemap, show, verify, config) and ``jobs`` (retention, gc, drift), ``mcp`` (the MCP server over stdio); ``shared`` holds what
+timemap, show, verify, config) and ``jobs`` (retention, gc, drift), ``erasure`` (erase), ``mcp`` (the MCP server over stdio); ``shared`` holds what
 they all use.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from api.cli import bundles, evidence, jobs, mcp, mementos, server
+from api.cli import bundles, erasure, evidence, jobs, mcp, mementos, server
 from archive import __version__
 
 
@@ -40,5 +40,6 @@ for command in (
     bundles.export,
     bundles.verify_bundle,
     bundles.import_archive,
+    erasure.erase,
 ):
     main.add_command(command)

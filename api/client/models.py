@@ -16,8 +16,8 @@ class CitationError:
     """Why one citation (``index``) — or the whole answer (``index=None``) — was refused.
 
     ``reason`` is the server's (``unknown_evidence``, ``disallowed_tool``,
-    ``quote_not_found``, ``quote_too_long``, ``empty_quote``, ``unreadable_document``,
-    ``invalid_source``, …) or the SDK's own ``unknown_evidence`` / ``no_citations``.
+    ``quote_not_found``, ``quote_too_common``, ``quote_too_long``, ``empty_quote``,
+    ``unreadable_document``, ``invalid_source``, …) or the SDK's own ``unknown_evidence`` / ``no_citations``.
     """
 
     index: int | None

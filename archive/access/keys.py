@@ -100,10 +100,10 @@ class KeyRing:
     def __init__(self, index: Index, server_secret: bytes) -> None:
         self.index = index
         self._secret = server_secret
-        # Verified keys, by fingerprint, until the next revocation (archive/signals.py).
+        # Verified keys, by fingerprint, until the next revocation (archive/index/changes.py).
         # On PostgreSQL, until the revocations generation read by the request moves.
-        self._verified: ReadCache[bytes, Principal] = ReadCache(
-            index.sqlite_path, REVOCATIONS, budget=_VERIFIED_CACHE_SIZE, shared=index.generations
+        self._verified: ReadCache[bytes, Principal] = index.changes.cache_until_revocation(
+            _VERIFIED_CACHE_SIZE
         )
         # A prepared point lookup: how a key not remembered (see authenticate) is checked.
         self._by_id = index.lookups.prepare(
@@ -121,7 +121,7 @@ class KeyRing:
         key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
         info = KeyInfo(key_id, tenant, role, name, utc_now(), None)
         with self.index.write() as connection:
-            self.index.ensure_tenants(connection, {tenant})
+            self.index.inserts.ensure_tenants(connection, {tenant})
             connection.execute(
                 insert(api_keys).values(
                     key_id=key_id,
@@ -151,7 +151,7 @@ class KeyRing:
             where.append(api_keys.c.tenant == tenant)
         # Refuses where the servers could not hear of it: they would go on trusting the key.
         with self._verified.changing(), self.index.write() as connection:
-            self.index.announce(connection, REVOCATIONS)  # PostgreSQL: every replica
+            self.index.changes.announce(connection, REVOCATIONS)  # PostgreSQL: every replica
             connection.execute(
                 update(api_keys)
                 .where(*where, api_keys.c.revoked_at.is_(None))

@@ -269,8 +269,8 @@ def with_disk_cache(settings: Settings, store: BlobStore, index: Index) -> BlobS
     if settings.blob_disk_cache_mb <= 0 or store.capabilities.reads_in_process:
         return store
     directory = Path(settings.blob_disk_cache_dir or settings.data_dir / "blob-cache")
-    signal: ReadCache[object, object] = index.cache_until_deletion(lambda _: 1, budget=0)
-    generations = index.generations
+    signal: ReadCache[object, object] = index.changes.cache_until_deletion(lambda _: 1, budget=0)
+    generations = index.changes.generations
 
     def deletions() -> int | None:
         """The deletions generation now: SQLite's signal, or on PostgreSQL the one this

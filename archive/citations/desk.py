@@ -266,6 +266,7 @@ class CitationDesk:
                 prefix=quote.prefix,
                 suffix=quote.suffix,
                 position=quote.position,
+                max_occurrences=self.policy.max_quote_occurrences,
             )
         except AmberError as error:
             raise _Rejected(getattr(error, "code", "quote_not_found"), error.message) from None

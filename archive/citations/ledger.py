@@ -186,7 +186,7 @@ class CitationLedger:
                 raise Gone(
                     "the cited document memento has been deleted meanwhile; capture it again"
                 )
-            inserted = self.index.insert_ignoring(
+            inserted = self.index.inserts.insert_ignoring(
                 connection, citations, all_rows, conflict=["id"], returning=citations.c.id
             )
             if self.index.log is not None:
@@ -269,39 +269,12 @@ class CitationLedger:
     def _passage_memento(
         self, tenant: str, plan: PlannedCitation, blob: StoredBlob, now: datetime
     ) -> Memento:
-        evidence = plan.evidence
-        return Memento(
-            id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
-            tenant=tenant,
-            uri_r=evidence.uri.raw,
-            urir_key=evidence.uri.key,
-            captured_at=evidence.captured_at,
-            archived_at=now,
-            content_hash=blob.address,
-            blob_version_id=blob.version_id,
-            media_type=PASSAGE_MEDIA_TYPE,
-            size=blob.size,
-            scope=Scope.PASSAGE,
-            facts=evidence.facts,
-        )
+        return _memento_of(tenant, plan, blob, now, PASSAGE_MEDIA_TYPE, Scope.PASSAGE)
 
     def _document_memento(self, tenant: str, plan: PlannedCitation, now: datetime) -> Memento:
         evidence = plan.evidence
         blob = self.blobs.put(evidence.content, retain_until=self.initial_lock(now))
-        return Memento(
-            id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
-            tenant=tenant,
-            uri_r=evidence.uri.raw,
-            urir_key=evidence.uri.key,
-            captured_at=evidence.captured_at,
-            archived_at=now,
-            content_hash=blob.address,
-            blob_version_id=blob.version_id,
-            media_type=evidence.media_type,
-            size=blob.size,
-            scope=Scope.DOCUMENT,
-            facts=evidence.facts,
-        )
+        return _memento_of(tenant, plan, blob, now, evidence.media_type, Scope.DOCUMENT)
 
     def _citation_row(
         self,
@@ -355,7 +328,7 @@ class CitationLedger:
         document and quote SHA-256 by citation id; required when the log is on) and its
         evidence is re-dated. Returns the ids inserted now."""
         with self.index.write() as connection:
-            inserted = self.index.insert_ignoring(
+            inserted = self.index.inserts.insert_ignoring(
                 connection, citations, list(rows), conflict=["id"], returning=citations.c.id
             )
             if self.index.log is not None:
@@ -450,3 +423,30 @@ def _digests(plan: PlannedCitation) -> tuple[str, str]:
     normalises it), for external tools that verify SHA-256 only."""
     quote = normalise(check_quote(plan.request.quote.exact)).encode("utf-8")
     return sha256_hex(plan.evidence.content), sha256_hex(quote)
+
+
+def _memento_of(
+    tenant: str,
+    plan: PlannedCitation,
+    blob: StoredBlob,
+    now: datetime,
+    media_type: str,
+    scope: Scope,
+) -> Memento:
+    """A memento of the cited evidence's capture (its URI-R, time and facts) for ``blob``:
+    the passage cut from it, or the whole document."""
+    evidence = plan.evidence
+    return Memento(
+        id=memento_id(tenant, evidence.uri.key, evidence.captured_at, blob.address),
+        tenant=tenant,
+        uri_r=evidence.uri.raw,
+        urir_key=evidence.uri.key,
+        captured_at=evidence.captured_at,
+        archived_at=now,
+        content_hash=blob.address,
+        blob_version_id=blob.version_id,
+        media_type=media_type,
+        size=blob.size,
+        scope=scope,
+        facts=evidence.facts,
+    )

@@ -32,7 +32,7 @@ from archive.citations.normalise import (
     normalise_as,
     prepare,
 )
-from archive.exceptions import EmptyQuote, InvalidInput, QuoteNotFound
+from archive.exceptions import EmptyQuote, InvalidInput, QuoteNotFound, QuoteTooCommon
 
 DEFAULT_CONTEXT = 32
 _CONTEXT_COMPARED = 256  # code points of prefix/suffix that take part in choosing
@@ -63,10 +63,18 @@ def _inside_a_character(text: str, at: int) -> bool:
     return nfc("NFC", before + after) != nfc("NFC", before) + nfc("NFC", after)
 
 
-def _occurrences(haystack: str, needle: str) -> list[int]:
-    found = []
+def _occurrences(haystack: str, needle: str, limit: int | None) -> list[int]:
+    """Where ``needle`` starts in ``haystack`` (overlapping ones too), refusing past ``limit``
+    of them: a linear scan that stops there, so every later step is bounded by it."""
+    found: list[int] = []
     at = haystack.find(needle)
     while at >= 0:
+        if limit is not None and len(found) >= limit:
+            raise QuoteTooCommon(
+                f"the quote occurs more than {limit} times in the document's text, so it "
+                "identifies no one passage: quote more of it ([citations] "
+                "max_quote_occurrences)"
+            )
         found.append(at)
         at = haystack.find(needle, at + 1)
     return found
@@ -132,11 +140,14 @@ def locate(
     pdf: bool = False,
     context: int = DEFAULT_CONTEXT,
     normalisation: Version = NORMALISATION_VERSION,
+    max_occurrences: int | None = None,
 ) -> QuoteMatch:
     """Find ``exact`` in ``text`` (extracted text, or :func:`prepare`'d — then its own
     ``pdf`` flag applies). Exact occurrences first; if there are none, occurrences under the
     normalisation ``normalisation``. Raises :class:`EmptyQuote` or :class:`QuoteNotFound`
-    (both :class:`~archive.exceptions.InvalidInput`)."""
+    (both :class:`~archive.exceptions.InvalidInput`), or :class:`QuoteTooCommon` when it
+    occurs more than ``max_occurrences`` times (then nothing more is compared: with the
+    text's length, that bounds what locating costs a request; None, no bound)."""
     check_quote(exact)
     if not normalise_as(
         exact, "plain", normalisation
@@ -154,7 +165,7 @@ def locate(
     mode = prepared.modes[0]
     spans = [
         (at, at + len(exact))
-        for at in _occurrences(source, exact)
+        for at in _occurrences(source, exact, max_occurrences)
         if not (_inside_a_character(source, at) or _inside_a_character(source, at + len(exact)))
     ]
     if not spans:
@@ -164,7 +175,7 @@ def locate(
             if not wanted:
                 raise EmptyQuote("the quote is empty")
             variant = prepared.variant(mode, normalisation)
-            found = _occurrences(variant.normalised, wanted)
+            found = _occurrences(variant.normalised, wanted, max_occurrences)
             spans = [
                 span
                 for span in (variant.span(at, at + len(wanted)) for at in found)

@@ -53,9 +53,10 @@ def _forget_module_caches(tenant: str | None, addresses: Collection[str] | None)
 def erasure_generation_of(index: Index) -> Callable[[], int | None] | None:
     """What :class:`TextMemory` watches on ``index``: the erasures signal (SQLite), the
     ``deletions`` generation row (PostgreSQL), or nothing (an index with neither)."""
-    if index.erasures_signalled:
-        return index.erasure_generation
-    generations = index.generations
+    changes = index.changes
+    if changes.erasures_signalled:
+        return changes.erasure_generation
+    generations = changes.generations
     if generations is None:
         return None
 

@@ -132,7 +132,7 @@ class TranscriptBook:
             existing = self._get(connection, tenant, transcript_id)
             if existing is None:
                 label, until = resolve_retention(retention or "default", now, self.policy)
-                self.index.ensure_tenants(connection, {tenant})
+                self.index.inserts.ensure_tenants(connection, {tenant})
                 connection.execute(
                     insert(transcripts).values(
                         tenant=tenant,

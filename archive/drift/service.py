@@ -231,7 +231,7 @@ class DriftService:
             }
             gone |= self.index.deleted_among(connection, linked)
             records = [unlink(r, gone) for r in records]
-            self.index.insert_ignoring(
+            self.index.inserts.insert_ignoring(
                 connection, drift_checks, [check_row(r) for r in records], conflict=["id"]
             )
             # What a check archived expires with the transcripts reaching it (through the

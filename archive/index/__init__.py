@@ -3,6 +3,9 @@
 One module per concern: :mod:`~archive.index.schema` (the tables) and
 :mod:`~archive.index.migrations` (how a database reaches them), :mod:`~archive.index.engines`
 (connections and write locks), :mod:`~archive.index.index` (the memento SQL),
+:mod:`~archive.index.changes` (what each write tells other processes and replicas: the
+change signals of :mod:`~archive.index.signals`, the generation rows of
+:mod:`~archive.index.generations`),
 :mod:`~archive.index.inserts` (batch inserts), :mod:`~archive.index.idempotency` (first
 answers of Idempotency-Keys, claimed before a write's rows), :mod:`~archive.index.navigation`
 (TimeGate choice), :mod:`~archive.index.prepared` (statements compiled once for the hot path),

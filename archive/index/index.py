@@ -5,24 +5,21 @@ queries and the same test suite. PostgreSQL uses ``INSERT … ON CONFLICT DO NOT
 concurrent replicas writing the same memento agree on one row; how each engine takes its
 write lock is in :mod:`archive.index.engines`.
 
-Over 500 lines only because the change signals (SQLite files) and generation rows
-(PostgreSQL) for deletions, erasures, revocations and timemaps, and the evidence log's hook,
-were merged here; the signals belong in their own module next, split with a full test run.
+What each write tells other processes and replicas (change signals, generation rows) is
+:mod:`archive.index.changes`; :attr:`Index.changes` is that of this index.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     Connection,
-    Table,
     Text,
     and_,
     bindparam,
@@ -37,6 +34,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from archive.blobstore.base import StoredBlob
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError, IdempotencyConflict, StorageError
+from archive.index.changes import Changes
 from archive.index.engines import (
     OpenWrite,
     checkpoint_truncate,
@@ -46,7 +44,7 @@ from archive.index.engines import (
     sqlite_engine,
     sqlite_path_of,
 )
-from archive.index.generations import DELETIONS, TIMEMAPS, SharedGenerations
+from archive.index.generations import SharedGenerations
 from archive.index.idempotency import IdempotencyKeys
 from archive.index.inserts import RowInserter
 from archive.index.migrations import migrate
@@ -63,18 +61,12 @@ from archive.index.rows import (
     with_version,
 )
 from archive.index.schema import blobs, idempotency_keys, mementos
-from archive.index.signals import ReadCache
 from archive.index.timeline import Timeline, TimelineReader
 from archive.log.sequencer import PENDING as _LOG_PENDING
 from archive.log.sequencer import LeafSequencer
 from archive.mementos import Memento
 
 DEFAULT_TENANT = "default"
-# Where a write transaction keeps what must happen once it has ended (connection.info).
-_AFTER_END = "amber.after_end"
-_ANNOUNCED = "amber.timemaps_announced"
-_BUMP_AT_COMMIT = "amber.timemaps_bump_at_commit"
-_EXCLUSIVE = "amber.exclusive"
 
 
 class Index:
@@ -108,8 +100,11 @@ class Index:
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
-        # PostgreSQL: what replicas remember is valid while these rows stand (generations.py).
-        self.generations = SharedGenerations(self._reader) if self.dialect == "postgresql" else None
+        # What every write tells the other processes (SQLite) or replicas (PostgreSQL).
+        self.changes = Changes(
+            self.sqlite_path,
+            SharedGenerations(self._reader) if self.dialect == "postgresql" else None,
+        )
         self.inserts = RowInserter(self._writer, self.dialect)
         self.recorded = RecordedSettings(self._writer, self._reader, self.dialect)
         self.idempotency = IdempotencyKeys(self.inserts, self.dialect, idempotency_ttl)
@@ -133,17 +128,6 @@ class Index:
                     (blobs.c.state != literal_column("'live'")) | blobs.c.version_id.is_not(None),
                 )
             )
-        # Every deletion commits through this signal's changing(), so that what any process
-        # remembers of live mementos (cache_until_deletion) is forgotten at once. A budget
-        # of 0: it remembers nothing itself.
-        self._deletions: ReadCache[Any, Any] = ReadCache(self.sqlite_path, DELETIONS, budget=0)
-        # Every erasure commits through this one too: each process then forgets the text it
-        # derived from captured bytes (extractions, prepared text; see TextMemory).
-        self._erasures: ReadCache[Any, Any] = ReadCache(self.sqlite_path, "erasures", budget=0)
-        # Every change to which mementos a URI-R has — a new memento, any deletion — commits
-        # through this signal, so that what any process remembers of TimeMaps and TimeGates
-        # (cache_until_timemaps_change) is forgotten at once.
-        self._timemaps: ReadCache[Any, Any] = ReadCache(self.sqlite_path, TIMEMAPS, budget=0)
         self.time_travel = TimeTravel(self.lookups)
         self.timelines = TimelineReader(self.lookups)
         # Every write with an Idempotency-Key (the SDK sends one) checks for a first answer.
@@ -165,9 +149,7 @@ class Index:
         return self.dialect == "sqlite"
 
     def close(self) -> None:
-        self._erasures.close()
-        self._deletions.close()
-        self._timemaps.close()
+        self.changes.close()
         self.lookups.close()
         self._writer.dispose()
         self._reader.dispose()
@@ -183,83 +165,48 @@ class Index:
         still run beside each other. Taken first, so every later statement of the
         transaction sees what the other side committed.
 
-        Only exclusive writes may delete mementos (see :meth:`cache_until_deletion`).
+        Only exclusive writes may delete mementos (see :meth:`Changes.cache_until_deletion`).
         """
         # Deletions happen only in exclusive writes: they tell every process to forget the
         # live mementos it remembers, whatever they delete.
         with (
             ExitStack() as after_end,  # outermost: runs once the transaction has ended
-            self._deletions.changing() if exclusive else nullcontext(),
+            self.changes.before_write(exclusive=exclusive),
             self._writer.begin() as connection,
         ):
             lock_against_sweeps(connection, self.dialect, exclusive=exclusive)
-            self._track_end(connection, after_end)
-            if exclusive:
-                connection.info[_EXCLUSIVE] = True
-                self.announce(connection, DELETIONS)
-                self._announce_timemaps_change(connection)
+            self._begin_write(connection, after_end, exclusive=exclusive)
             yield connection
             self._before_commit(connection)
 
-    def _track_end(self, connection: Connection, after_end: ExitStack) -> None:
-        connection.info[_AFTER_END] = after_end
-        after_end.callback(connection.info.pop, _AFTER_END, None)
-        after_end.callback(connection.info.pop, _ANNOUNCED, None)
-        after_end.callback(connection.info.pop, _BUMP_AT_COMMIT, None)
-        after_end.callback(connection.info.pop, _EXCLUSIVE, None)
+    def _begin_write(
+        self, connection: Connection, after_end: ExitStack, *, exclusive: bool
+    ) -> None:
+        """First under the write lock: the evidence log's leaves wait for the commit
+        (:meth:`_before_commit`), and the write becomes the changes it is
+        (:meth:`Changes.begin_write`). ``after_end`` runs once it has ended."""
         after_end.callback(connection.info.pop, _LOG_PENDING, None)
         if self.log is not None:
             self.log.defer(connection)  # leaves sequenced by _before_commit
-
-    def announce(self, connection: Connection, kind: str) -> None:
-        """On PostgreSQL, make this write transaction a change of ``kind`` (DELETIONS,
-        REVOCATIONS, TIMEMAPS) for every replica, from its commit on (generations.py); on
-        SQLite the change's signal says so instead (ReadCache.changing)."""
-        if self.generations is not None:
-            self.generations.bump(connection, kind)
+        self.changes.begin_write(connection, after_end, exclusive=exclusive)
 
     def _before_commit(self, connection: Connection) -> None:
-        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL), and
+        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL), then
         sequences the write's evidence-log leaves, as late as it can: those rows stay locked,
         and concurrent writers wait, only until the commit, not through the whole
         transaction. Always in this order (exclusive writes bump TimeMaps earlier), so no
         writer waits for one row while holding the other."""
-        if connection.info.pop(_BUMP_AT_COMMIT, False):
-            self.announce(connection, TIMEMAPS)
+        self.changes.before_commit(connection)
         if self.log is not None:
             self.log.flush(connection)
 
     async def observe_changes(self) -> None:
-        """Read, for the current request, what changed in any replica (PostgreSQL: one
-        shared statement; nothing to do on SQLite, whose signals are memory reads). A
-        request that skips this is never answered from memory on PostgreSQL."""
-        if self.generations is not None:
-            await self.generations.observe()
+        """What every request awaits before answering from memory: :meth:`Changes.observe`."""
+        await self.changes.observe()
 
     def observe_changes_now(self) -> None:
         """:meth:`observe_changes` in a worker thread (its own read, not shared)."""
-        if self.generations is not None:
-            self.generations.observe_now()
-
-    def _announce_timemaps_change(self, connection: Connection) -> None:
-        """Make this write transaction, from now until it has ended, a change of TimeMaps
-        for every process (see :meth:`cache_until_timemaps_change`).
-
-        Entered under the write lock (SQLite takes it at BEGIN IMMEDIATE), after the
-        deletion signal's: every writer takes the three in this order, so none waits for
-        one while holding a later one."""
-        if connection.info.get(_ANNOUNCED):
-            return
-        after_end: ExitStack | None = connection.info.get(_AFTER_END)
-        if after_end is None:
-            raise ConfigurationError("mementos are inserted only inside Index.write or open_write")
-        after_end.enter_context(self._timemaps.changing())
-        connection.info[_ANNOUNCED] = True
-        if self.generations is not None:
-            if connection.info.get(_EXCLUSIVE):
-                self.announce(connection, TIMEMAPS)
-            else:
-                connection.info[_BUMP_AT_COMMIT] = True
+        self.changes.observe_now()
 
     def open_write(self) -> OpenWrite:
         """A (non-exclusive) :meth:`write` transaction as an object: begun by this call (which
@@ -274,23 +221,8 @@ class Index:
             connection.close()
             raise
         write = OpenWrite(connection, transaction, before_commit=self._before_commit)
-        self._track_end(connection, write.after_end)
+        self._begin_write(connection, write.after_end, exclusive=False)
         return write
-
-    def erasing(self) -> AbstractContextManager[None]:
-        """Wrap an erasure's commit: every process on this index (SQLite) then forgets the
-        text it derived from captured bytes at its next use of it (:meth:`erasure_generation`)."""
-        return self._erasures.changing()
-
-    def erasure_generation(self) -> int | None:
-        """Moves after every erasure committed by any process on this SQLite index; None while
-        one commits, and always without a signal (see :attr:`erasures_signalled`)."""
-        return self._erasures.generation()
-
-    @property
-    def erasures_signalled(self) -> bool:
-        """Whether :meth:`erasure_generation` tells anything: False on PostgreSQL."""
-        return self._erasures.signalled
 
     def scrub(self) -> bool:
         """Leave no copy of deleted text in the index's files that SQLite could still read:
@@ -327,9 +259,9 @@ class Index:
         """
         if not batch:
             return []
-        self._announce_timemaps_change(connection)
-        self.ensure_tenants(connection, {m.tenant for m in batch})
-        self.insert_ignoring(
+        self.changes.timemaps_change(connection)
+        self.inserts.ensure_tenants(connection, {m.tenant for m in batch})
+        self.inserts.insert_ignoring(
             connection,
             blobs,
             [
@@ -351,7 +283,7 @@ class Index:
         versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
         versioned = {m.id: with_version(m, versions) for m in batch}
         rows = {i: self._memento_row(m) for i, m in versioned.items()}
-        inserted = self.insert_ignoring(
+        inserted = self.inserts.insert_ignoring(
             connection,
             mementos,
             list(rows.values()),
@@ -464,46 +396,11 @@ class Index:
         [recorded] = self.idempotency.claim(connection, [(tenant, key, response)], now)
         return response if recorded is None else recorded
 
-    def ensure_tenants(self, connection: Connection, names: set[str]) -> None:
-        self.inserts.ensure_tenants(connection, names)
-
-    def insert_ignoring(
-        self,
-        connection: Connection,
-        table: Table,
-        rows: list[dict[str, Any]],
-        *,
-        conflict: list[str],
-        returning: Column[Any] | None = None,
-    ) -> set[Any]:
-        """Insert the rows that do not conflict; the ``returning`` values of those inserted."""
-        return self.inserts.insert_ignoring(
-            connection, table, rows, conflict=conflict, returning=returning
-        )
-
     # -- reads ----------------------------------------------------------------------------
 
     def get_memento(self, tenant: str, memento_id: str) -> Memento | None:
         row = self.lookups.first(self._memento_by_id, tenant=tenant, id=memento_id)
         return None if row is None else memento_from(row)
-
-    def cache_until_deletion(self, weigh: Callable[[Any], int], budget: int) -> ReadCache[Any, Any]:
-        """A cache of what is derived from live mementos, at most ``budget`` heavy (by
-        ``weigh``), emptied by the next deletion committed in any process (on PostgreSQL,
-        used only by requests that :meth:`observe_changes`)."""
-        return ReadCache(
-            self.sqlite_path, DELETIONS, budget=budget, weigh=weigh, shared=self.generations
-        )
-
-    def cache_until_timemaps_change(
-        self, weigh: Callable[[Any], int], budget: int
-    ) -> ReadCache[Any, Any]:
-        """A cache of what is derived from URI-Rs' sets of live mementos (TimeMaps, TimeGate
-        choices), at most ``budget`` heavy, emptied by the next memento inserted or deleted
-        in any process (on PostgreSQL, used only by requests that :meth:`observe_changes`)."""
-        return ReadCache(
-            self.sqlite_path, TIMEMAPS, budget=budget, weigh=weigh, shared=self.generations
-        )
 
     def timeline(self, tenant: str, urir_key: str) -> Timeline | None:
         """The URI-R's live mementos in TimeMap order, or None when there are too many to

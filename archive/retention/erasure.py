@@ -85,7 +85,7 @@ class Eraser:
         self, tenant: str, memento_id: str, reason: str, actor: str, log: LogErasure
     ) -> Erasure:
         log_id = uuid.uuid4().hex
-        with self.index.erasing(), self.index.write(exclusive=True) as connection:
+        with self.index.changes.erasing(), self.index.write(exclusive=True) as connection:
             row = connection.execute(
                 select(mementos).where(
                     mementos.c.tenant == tenant,

@@ -88,7 +88,7 @@ class GarbageCollector:
             # (its publish found them in place, old, with no row yet) then finds the blob not
             # live when it commits and re-stores it, rather than acknowledging a memento whose
             # bytes we are about to delete.
-            self.index.insert_ignoring(
+            self.index.inserts.insert_ignoring(
                 connection,
                 blobs,
                 [

@@ -17,24 +17,10 @@ from archive.citations import normalise
 from archive.drift.rules import multilingual
 from archive.drift.rules.languages import JUDGED, detect, language
 from archive.drift.rules.lexicon import NEGATIVE_PREFIXES, NOT_POLAR_ALONE, RELATIONS, STOPWORDS
-from archive.drift.rules.multilingual import sequence_reason
+from archive.drift.rules.multilingual import changed_regions, sequence_reason
 from archive.drift.rules.outcomes import RULES_VERSION, Classifier, EditAssessment, Verdict
 from archive.drift.rules.phrases import is_negator, lexicon_hits, modal_classes, quantifiers
 from archive.drift.rules.tokens import TOKEN, Tokens, tokenise
-
-
-def _hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
-    """Maximal changed regions ``(old_start, old_end, new_start, new_end)``."""
-    hunks: list[tuple[int, int, int, int]] = []
-    for op in Levenshtein.opcodes(old, new):
-        if op.tag == "equal":
-            continue
-        if hunks and hunks[-1][1] == op.src_start and hunks[-1][3] == op.dest_start:
-            a, _, b, _ = hunks[-1]
-            hunks[-1] = (a, op.src_end, b, op.dest_end)
-        else:
-            hunks.append((op.src_start, op.src_end, op.dest_start, op.dest_end))
-    return hunks
 
 
 def _negative_affix(a: str, b: str) -> bool:
@@ -93,7 +79,7 @@ def _reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[st
     reasons: list[str] = []
     notes: list[str] = []
     old, new = before.lower, after.lower
-    hunks = _hunks(old, new)
+    hunks = changed_regions(old, new)
 
     # Negation, per changed hunk.
     for a0, a1, b0, b1 in hunks:
@@ -277,7 +263,7 @@ def _material_reasons(before: Tokens, after: Tokens) -> list[str]:
         reasons.append("truncated")
     elif len(new_words) > len(old_words) and _is_subsequence(old_words, new_words):
         reasons.append("extended")
-    for a0, a1, b0, b1 in _hunks(old_words, new_words):
+    for a0, a1, b0, b1 in changed_regions(old_words, new_words):
         if a1 - a0 == 1 and b1 - b0 == 1:
             a, b = old_words[a0], new_words[b0]
             if min(len(a), len(b)) >= 3 and Levenshtein.distance(a, b) <= max(

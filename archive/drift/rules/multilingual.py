@@ -197,7 +197,8 @@ def months(tokens: Tokens) -> tuple[list[str], list[str], list[int]]:
     return [f"m{table[w]:02d}" for w in words], words, at
 
 
-def _hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
+def changed_regions(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
+    """Maximal changed regions ``(old_start, old_end, new_start, new_end)``."""
     hunks: list[tuple[int, int, int, int]] = []
     for op in Levenshtein.opcodes(old, new):
         if op.tag == "equal":
@@ -254,7 +255,7 @@ def reversal_reasons(before: Tokens, after: Tokens) -> tuple[list[str], list[str
     inserted where nothing was replaced narrows the claim without contradicting it)."""
     lang = before.lang
     old, new = before.words, after.words
-    hunks = _hunks(old, new)
+    hunks = changed_regions(old, new)
     reasons: list[str] = []
     notes: list[str] = []
 
