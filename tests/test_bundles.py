@@ -25,9 +25,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from api.cli import main
 from archive.archive import Archive
-from archive.bundles import bundlecheck, export, warcfile
+from archive.bundles import bundlecheck, bundlefile, warcfile
 from archive.bundles.bundlecheck import canonical_zip, digest_document, verify_bundle
-from archive.bundles.export import export_bundle, sign_hash
+from archive.bundles.export import export_bundle
+from archive.bundles.signing import sign_hash
 from archive.citations import CitationRequest, QuoteRequest, SourceRequest
 from archive.config import Settings
 from archive.exceptions import InvalidInput, NotFound
@@ -252,7 +253,7 @@ def test_a_bundle_spilled_to_disk_is_the_same_bundle(
     try:
         populate(opened)
         in_memory = export_bundle(opened, "default", "t-1")
-        monkeypatch.setattr(export, "SPOOL", 512)
+        monkeypatch.setattr(bundlefile, "SPOOL", 512)
         bundle = export_bundle(opened, "default", "t-1")
         spilled = bundle.file._rolled  # type: ignore[attr-defined]
         data = b"".join(bundle.chunks(1000))

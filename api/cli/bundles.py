@@ -32,7 +32,8 @@ def export(
 
     Example: amber export --transcript t-1 -o t-1.wacz
     """
-    from archive.bundles.export import export_bundle, load_wacz_key, public_key_pem
+    from archive.bundles.export import export_bundle
+    from archive.bundles.signing import load_wacz_key, public_key_pem
 
     with opened() as archive:
         if print_key:

@@ -13,19 +13,15 @@ import hashlib
 import io
 import json
 import os
-import shutil
-import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from sqlalchemy import Connection, select
 
 from archive.bundles.bundlecheck import (
@@ -35,6 +31,8 @@ from archive.bundles.bundlecheck import (
     digest_document,
     write_canonical_zip,
 )
+from archive.bundles.bundlefile import Bundle, spooled
+from archive.bundles.signing import load_wacz_key, sign_hash
 from archive.bundles.warcfile import http_block, record_bytes
 from archive.dates import to_rfc3339
 from archive.exceptions import InvalidInput, NotFound, NotYetCheckpointed, TranscriptNotFound
@@ -43,14 +41,12 @@ from archive.log import tree
 from archive.log.proofcheck import format_tlog_proof
 from archive.mementos import Memento
 from archive.retention.records import shown_deletion_reason
-from archive.secretfiles import read_or_create
 
 if TYPE_CHECKING:
     from archive.archive import Archive
 
 WACZ_VERSION = "1.1.1"
 SOFTWARE = "Amber audit bundle 1"
-KEY_FILE = "wacz-signing-key.pem"
 # In a folder: py-wacz's validator reads every entry's path as "<folder>/<file>".
 CITATIONS = "citations/citations.jsonl"
 # Renamed in the WARC: the stored payload is the decoded body, so these no longer describe it.
@@ -58,82 +54,10 @@ RENAMED_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 ORIG_PREFIX = "X-Archive-Orig-"
 RECORD_NAMESPACE = uuid.UUID("6f0b1d4e-3c35-5d0e-9a59-616d62657231")
 WARC = "archive/data.warc.gz"
-CHUNK = 1 << 20
-SPOOL = 2 << 20  # bytes of a WARC or a bundle kept in memory before it spills to disk
-
-
-@dataclass(frozen=True)
-class Bundle:
-    """A bundle written to a spooled temporary file: in memory up to ``SPOOL`` bytes, then
-    on disk, so an export's memory does not grow with the bundle. Read it once with
-    :meth:`chunks` (which closes it) or :meth:`write_to`; :attr:`data` is for small ones."""
-
-    file: IO[bytes]
-    size: int
-    mementos: list[str]  # every memento id in it, for the read audit
-
-    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
-        try:
-            self.file.seek(0)
-            while chunk := self.file.read(size):
-                yield chunk
-        finally:
-            self.file.close()
-
-    def write_to(self, out: IO[bytes]) -> None:
-        with self.file:
-            self.file.seek(0)
-            shutil.copyfileobj(self.file, out, CHUNK)
-
-    @property
-    def data(self) -> bytes:
-        self.file.seek(0)
-        return self.file.read()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def _spooled() -> IO[bytes]:
-    return tempfile.SpooledTemporaryFile(max_size=SPOOL)
 
 
 def record_id(kind: str, subject: str) -> str:
     return f"<urn:uuid:{uuid.uuid5(RECORD_NAMESPACE, kind + ':' + subject)}>"
-
-
-# -- the datapackage signing key (ECDSA P-384, as WACZ signing wants) ----------------------
-
-
-def load_wacz_key(data_dir: Path) -> ec.EllipticCurvePrivateKey:
-    """The bundle signing key, generated on first use beside the log key (PEM, mode 0600)."""
-
-    def fresh_pem() -> bytes:
-        return ec.generate_private_key(ec.SECP384R1()).private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    pem = read_or_create(data_dir / KEY_FILE, fresh_pem)
-    key = serialization.load_pem_private_key(pem, password=None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
-    return key
-
-
-def public_key_pem(key: ec.EllipticCurvePrivateKey) -> str:
-    return (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode("ascii")
-    )
-
-
-def sign_hash(key: ec.EllipticCurvePrivateKey, hash_text: str) -> str:
-    """WACZ anonymous signing: raw r‖s (what WebCrypto gives) over the hash string."""
-    der = key.sign(hash_text.encode("utf-8"), ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
-    r, s = decode_dss_signature(der)
-    return base64.b64encode(r.to_bytes(48, "big") + s.to_bytes(48, "big")).decode()
 
 
 # -- gathering ------------------------------------------------------------------------------
@@ -250,7 +174,7 @@ def export_bundle(
         state = _gather(archive, tenant, transcript_id, consistent_to)
     if state.leaves and state.checkpoint is None:
         raise NotYetCheckpointed("the transcript's leaves are not in a signed checkpoint yet")
-    with _spooled() as warc:
+    with spooled() as warc:
         warc_hash, record_ids, passages = _warc(archive, state, warc)
         files: dict[str, Entry] = {}
         sizes = {WARC: (warc_hash, warc.tell())}
@@ -267,7 +191,7 @@ def export_bundle(
         files["datapackage-digest.json"] = _digest(state, datapackage, key)
         warc.seek(0)
         files[WARC] = (warc, sizes[WARC][1])
-        out = _spooled()
+        out = spooled()
         try:
             write_canonical_zip(out, files, to_rfc3339(state.changed))
         except BaseException:
