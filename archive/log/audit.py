@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import blake3
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Column, Connection, Table, func, select
 
 from archive.exceptions import AmberError, LogMismatch
 from archive.index import Index
@@ -64,18 +64,20 @@ def audit(
 
 
 def _leaves(connection: Connection) -> Iterator[Any]:
-    start = 0
+    return _in_order(connection, log_leaves, log_leaves.c.idx, 0)
+
+
+def _in_order(connection: Connection, table: Table, key: Column[int], start: int) -> Iterator[Any]:
+    """Every row of ``table`` from ``key`` = ``start`` up, in ``key`` order, BATCH at a time
+    (bounded memory whatever the log's size)."""
     while True:
         rows = connection.execute(
-            select(log_leaves)
-            .where(log_leaves.c.idx >= start)
-            .order_by(log_leaves.c.idx)
-            .limit(BATCH)
+            select(table).where(key >= start).order_by(key).limit(BATCH)
         ).all()
         yield from rows
         if len(rows) < BATCH:
             return
-        start = rows[-1].idx + 1
+        start = getattr(rows[-1], key.name) + 1
 
 
 def _check_tree(connection: Connection, verifier: Verifier) -> int:
@@ -121,18 +123,7 @@ def _check_tree(connection: Connection, verifier: Verifier) -> int:
 
 def _checkpoints(connection: Connection) -> Iterator[Any]:
     """Every checkpoint of a non-empty tree, smallest first, a batch at a time."""
-    start = 1
-    while True:
-        rows = connection.execute(
-            select(log_checkpoints)
-            .where(log_checkpoints.c.size >= start)
-            .order_by(log_checkpoints.c.size)
-            .limit(BATCH)
-        ).all()
-        yield from rows
-        if len(rows) < BATCH:
-            return
-        start = rows[-1].size + 1
+    return _in_order(connection, log_checkpoints, log_checkpoints.c.size, 1)
 
 
 def _nodes(connection: Connection) -> Callable[[int, int], bytes | None]:
