@@ -26,7 +26,6 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
-    create_engine,
     func,
     literal_column,
     select,
@@ -43,6 +42,7 @@ from archive.index.engines import (
     create_private_database,
     driver_url,
     lock_against_sweeps,
+    postgres_engine,
     sqlite_engine,
     sqlite_path_of,
 )
@@ -100,10 +100,8 @@ class Index:
             self._writer = sqlite_engine(self.url, durable=durable, immediate=True)
             self._reader = sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
-            self._writer = create_engine(self.url, pool_size=5, max_overflow=5, pool_pre_ping=True)
-            self._reader = create_engine(
-                self.url, pool_size=10, max_overflow=10, pool_pre_ping=True
-            )
+            self._writer = postgres_engine(self.url, pool_size=5, max_overflow=5)
+            self._reader = postgres_engine(self.url, pool_size=10, max_overflow=10)
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
