@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import event, select, text
+from sqlalchemy.exc import OperationalError
 
 from archive.index import Index, engines
 from archive.index.schema import blobs, tenants
@@ -128,5 +129,56 @@ def test_a_connection_used_just_now_is_not_pinged(
         monkeypatch.setattr(engines, "PING_IDLE_SECONDS", 0.0)
         with index.write() as connection:  # idle now: checked first, and still works
             assert connection.exec_driver_sql("SELECT 3").scalar_one() == 3
+    finally:
+        index.close()
+
+
+@pytest.mark.postgres
+def test_blobs_met_by_a_write_are_locked_and_the_ones_to_look_at_reported(
+    postgres_url: str,
+) -> None:
+    index = Index(postgres_url)
+    try:
+        live, dying, versioned = make(1), make(3), make(2)  # make(2) has a version id
+        with index.write() as connection:
+            index.insert_mementos(connection, [live, dying, versioned])
+            connection.execute(
+                blobs.update().where(blobs.c.address == dying.content_hash).values(state="deleting")
+            )
+        fresh = make(5)
+        rows = [
+            {
+                "address": m.content_hash,
+                "size": m.size,
+                "version_id": m.blob_version_id,
+                "stored_at": m.archived_at,
+                "state": "live",
+                "lock_legal_hold": 0,
+            }
+            for m in (fresh, versioned, live, dying, fresh)
+        ]
+        with index.write() as connection:
+            states = index.inserts.insert_blobs_locked(connection, rows)
+            assert states is not None
+            assert sorted(states) == sorted(
+                [
+                    (fresh.content_hash, "live", None),
+                    (versioned.content_hash, "live", "v2"),
+                    (dying.content_hash, "deleting", None),
+                ]
+            )
+            # Every row met is locked until this write ends, the unreported one too.
+            with index._reader.connect() as other:
+                for m in (live, dying, versioned):
+                    with pytest.raises(OperationalError):
+                        other.execute(
+                            text("SELECT 1 FROM blobs WHERE address = :a FOR UPDATE NOWAIT"),
+                            {"a": m.content_hash},
+                        )
+                    other.rollback()
+        with index.read() as connection:
+            states_after = dict(connection.execute(select(blobs.c.address, blobs.c.state)).all())
+        assert states_after[dying.content_hash] == "deleting"  # read, not changed
+        assert states_after[fresh.content_hash] == "live"
     finally:
         index.close()

@@ -319,26 +319,27 @@ class Index:
             return []
         self._announce_timemaps_change(connection)
         self.ensure_tenants(connection, {m.tenant for m in batch})
-        self.insert_ignoring(
-            connection,
-            blobs,
-            [
-                {
-                    "address": m.content_hash,
-                    "size": m.size,
-                    "version_id": m.blob_version_id,
-                    "stored_at": m.archived_at,
-                    "state": "live",
-                    "lock_legal_hold": 0,
-                }
-                for m in batch
-            ],
-            conflict=["address"],
-        )
+        blob_rows = [
+            {
+                "address": m.content_hash,
+                "size": m.size,
+                "version_id": m.blob_version_id,
+                "stored_at": m.archived_at,
+                "state": "live",
+                "lock_legal_hold": 0,
+            }
+            for m in batch
+        ]
+        # PostgreSQL: inserted and locked in one statement, which also reads their states.
+        states = self.inserts.insert_blobs_locked(connection, blob_rows)
+        if states is None:
+            self.insert_ignoring(connection, blobs, blob_rows, conflict=["address"])
         # The version each memento records is the one current under the lock, not the one
         # the writer's put saw before it: a sweep may have deleted that version since and
         # another writer re-stored the bytes as a new one.
-        versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
+        versions = self._current_versions(
+            connection, {m.content_hash for m in batch}, revive, states
+        )
         versioned = {m.id: with_version(m, versions) for m in batch}
         rows = {i: self._memento_row(m) for i, m in versioned.items()}
         inserted = self.insert_ignoring(
@@ -369,12 +370,16 @@ class Index:
         connection: Connection,
         addresses: set[str],
         revive: Callable[[str], StoredBlob] | None,
+        states: list[tuple[Any, ...]] | None = None,
     ) -> dict[str, str | None]:
         """Each blob's current version, re-storing (under the write lock) those a retention
-        sweep has marked or finished deleting."""
+        sweep has marked or finished deleting. ``states``: the blobs' states, when read
+        already (RowInserter.insert_blobs_locked)."""
         # A blob not listed is live and unversioned (its row was inserted or kept just now).
         versions: dict[str, str | None] = dict.fromkeys(addresses)
-        for address, state, version_id in self._blob_states(connection, sorted(addresses)):
+        if states is None:
+            states = self._blob_states(connection, sorted(addresses))
+        for address, state, version_id in states:
             if state == "live":
                 versions[address] = version_id
                 continue

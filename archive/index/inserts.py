@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 
 from archive.dates import utc_now
 from archive.index.prepared import BatchInsert
-from archive.index.schema import tenants
+from archive.index.schema import blobs, tenants
 
 
 class RowInserter:
@@ -75,6 +75,29 @@ class RowInserter:
         # on psycopg: only rows really inserted come back.
         result = connection.execute(statement.returning(returning), rows)
         return set(result.scalars().all())
+
+    def insert_blobs_locked(
+        self, connection: Connection, rows: list[dict[str, Any]]
+    ) -> list[tuple[Any, ...]] | None:
+        """PostgreSQL: insert the blob rows that are new and lock those already there, in one
+        statement; ``(address, state, version_id)`` of every blob a write must look at (new,
+        being deleted, or versioned; one that is not listed is live and unversioned), as
+        :meth:`Index._blob_states` reads them under ``FOR UPDATE``. None on SQLite, whose
+        write lock already keeps sweeps out.
+
+        ``ON CONFLICT DO UPDATE`` locks every row it meets, updated or not, and sees its
+        latest committed version; only the rows the write must look at are "updated" (to
+        what they hold), so that ``RETURNING`` reports them. Rows are taken in address order,
+        as the ``FOR UPDATE`` read took them, so concurrent writers never deadlock."""
+        if self._dialect != "postgresql":
+            return None
+        first = {row["address"]: row for row in reversed(rows)}  # one per address: the first
+        offered = [first[address] for address in sorted(first)]
+        unnest = self._unnest_insert(blobs, ["address"], list(offered[0]), None)
+        if unnest is None:
+            return None
+        result = connection.exec_driver_sql(unnest.locking_sql, unnest.arrays(offered))
+        return [tuple(row) for row in result.all()]
 
     def _unnest_insert(
         self, table: Table, conflict: list[str], keys: list[str], key: str | None
@@ -136,17 +159,31 @@ class UnnestInsert:
         processors = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in columns]
         return cls(sql, keys, processors, key)
 
-    def run(self, connection: Connection, rows: list[dict[str, Any]]) -> set[Any]:
-        """Insert ``rows``; the ``key`` values of the rows really inserted (none without).
-        Run as driver SQL: no compiling, and a driver error still reaches the caller as
-        SQLAlchemy's (a lost connection invalidates the pool, as for any statement)."""
+    @property
+    def locking_sql(self) -> str:
+        """The blobs' insert, as :meth:`RowInserter.insert_blobs_locked` runs it."""
+        head = self.sql.removesuffix(" DO NOTHING")
+        return (
+            f"{head} DO UPDATE SET state = blobs.state"
+            " WHERE blobs.state <> 'live' OR blobs.version_id IS NOT NULL"
+            " RETURNING blobs.address, blobs.state, blobs.version_id"
+        )
+
+    def arrays(self, rows: list[dict[str, Any]]) -> tuple[list[Any], ...]:
+        """The rows' values, one array per column, bound as Core binds them."""
         arrays: list[list[Any]] = []
         for name, process in zip(self._keys, self._processors, strict=True):
             values = [row[name] for row in rows]
             if process is not None:
                 values = [None if v is None else process(v) for v in values]
             arrays.append(values)
-        result = connection.exec_driver_sql(self.sql, tuple(arrays))
+        return tuple(arrays)
+
+    def run(self, connection: Connection, rows: list[dict[str, Any]]) -> set[Any]:
+        """Insert ``rows``; the ``key`` values of the rows really inserted (none without).
+        Run as driver SQL: no compiling, and a driver error still reaches the caller as
+        SQLAlchemy's (a lost connection invalidates the pool, as for any statement)."""
+        result = connection.exec_driver_sql(self.sql, self.arrays(rows))
         if self._key is None:
             result.close()
             return set()
