@@ -98,6 +98,15 @@ def consistency(
     }
 
 
+async def _proof_document(
+    kind: str, subject: str, request: Request, principal: Principal, archive: Archive
+) -> dict[str, Any]:
+    """The proof document of a memento or citation in the caller's tenant, read-audited."""
+    found = await run_in_threadpool(archive.evidence_log().proof, kind, subject, principal.tenant)
+    audit_read(request, principal, f"{kind}.proof", subject)
+    return found
+
+
 @router.get(
     "/api/v1/mementos/{memento_id}/proof",
     responses=ERROR_RESPONSES,
@@ -109,11 +118,7 @@ async def memento_proof(
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
-    found = await run_in_threadpool(
-        archive.evidence_log().proof, MEMENTO, memento_id, principal.tenant
-    )
-    audit_read(request, principal, "memento.proof", memento_id)
-    return found
+    return await _proof_document(MEMENTO, memento_id, request, principal, archive)
 
 
 @router.get(
@@ -127,8 +132,4 @@ async def citation_proof(
     principal: Annotated[Principal, Depends(readers)],
     archive: Annotated[Archive, Depends(get_archive)],
 ) -> dict[str, Any]:
-    found = await run_in_threadpool(
-        archive.evidence_log().proof, CITATION, citation_id, principal.tenant
-    )
-    audit_read(request, principal, "citation.proof", citation_id)
-    return found
+    return await _proof_document(CITATION, citation_id, request, principal, archive)

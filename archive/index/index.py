@@ -65,6 +65,7 @@ from archive.index.rows import (
 from archive.index.schema import blobs, idempotency_keys, mementos
 from archive.index.signals import ReadCache
 from archive.index.timeline import Timeline, TimelineReader
+from archive.log.sequencer import PENDING as _LOG_PENDING
 from archive.log.sequencer import LeafSequencer
 from archive.mementos import Memento
 
@@ -204,6 +205,9 @@ class Index:
         after_end.callback(connection.info.pop, _ANNOUNCED, None)
         after_end.callback(connection.info.pop, _BUMP_AT_COMMIT, None)
         after_end.callback(connection.info.pop, _EXCLUSIVE, None)
+        after_end.callback(connection.info.pop, _LOG_PENDING, None)
+        if self.log is not None:
+            self.log.defer(connection)  # leaves sequenced by _before_commit
 
     def announce(self, connection: Connection, kind: str) -> None:
         """On PostgreSQL, make this write transaction a change of ``kind`` (DELETIONS,
@@ -213,11 +217,15 @@ class Index:
             self.generations.bump(connection, kind)
 
     def _before_commit(self, connection: Connection) -> None:
-        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL) as
-        late as it can: the row stays locked, and concurrent writers wait, only until the
-        commit, not through the whole transaction."""
+        """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL), and
+        sequences the write's evidence-log leaves, as late as it can: those rows stay locked,
+        and concurrent writers wait, only until the commit, not through the whole
+        transaction. Always in this order (exclusive writes bump TimeMaps earlier), so no
+        writer waits for one row while holding the other."""
         if connection.info.pop(_BUMP_AT_COMMIT, False):
             self.announce(connection, TIMEMAPS)
+        if self.log is not None:
+            self.log.flush(connection)
 
     async def observe_changes(self) -> None:
         """Read, for the current request, what changed in any replica (PostgreSQL: one

@@ -386,3 +386,9 @@ Index(
     sqlite_where=blobs.c.state == "deleting",
     postgresql_where=blobs.c.state == "deleting",
 )
+Index(
+    "log_checkpoints_stamped",
+    log_checkpoints.c.size,
+    sqlite_where=log_checkpoints.c.tsa_response.is_not(None),
+    postgresql_where=log_checkpoints.c.tsa_response.is_not(None),
+)

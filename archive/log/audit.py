@@ -5,6 +5,10 @@ checkpoint (and each checkpoint's signature); it checks that every memento, cita
 tombstone has exactly one leaf whose facts match the index, and no leaf attests a row that
 is not there; with ``full``, that each memento leaf's hashes match the blob's bytes. It
 stops at the first mismatch and names it.
+
+Its memory is bounded at any log size: leaves, checkpoints and rows are read a batch at a
+time, the tree is recomputed with the stack of perfect-subtree hashes (at most log2(n)),
+and the one-leaf-per-row checks are statements the database answers.
 """
 
 from __future__ import annotations
@@ -80,11 +84,11 @@ def _check_tree(connection: Connection, verifier: Verifier) -> int:
             select(log_counters.c.value).where(log_counters.c.name == "sequenced")
         ).scalar_one()
     )
-    checkpoints = {
-        r.size: r
-        for r in connection.execute(select(log_checkpoints).order_by(log_checkpoints.c.size))
-    }
-    stack: list[tuple[int, bytes]] = []  # perfect subtrees of the leaves so far: (level, hash)
+    checkpoints = _checkpoints(connection)
+    due = next(checkpoints, None)  # the next checkpoint to compare, by size
+    # The perfect subtrees of the leaves so far, (level, hash): the RFC 9162 compact range
+    # of [0, size), at most log2(n) hashes, so memory stays bounded whatever the log's size.
+    stack: list[tuple[int, bytes]] = []
     stored_nodes = _nodes(connection)
     size = 0
     for row in _leaves(connection):
@@ -105,33 +109,50 @@ def _check_tree(connection: Connection, verifier: Verifier) -> int:
             _compare_node(stored_nodes, node[0], position, node[1])
         stack.append(node)
         size += 1
-        if size in checkpoints:
-            _compare_checkpoint(checkpoints[size], _root(stack), verifier)
+        if due is not None and due.size == size:
+            _compare_checkpoint(due, _root(stack), verifier)
+            due = next(checkpoints, None)
     if size != sequenced:
         raise LogMismatch(f"{sequenced} leaves were sequenced but {size} are stored")
-    beyond = [s for s in checkpoints if s > size]
-    if beyond:
-        raise LogMismatch(f"checkpoint {beyond[0]} covers leaves that are not stored")
+    if due is not None:
+        raise LogMismatch(f"checkpoint {due.size} covers leaves that are not stored")
     return size
 
 
+def _checkpoints(connection: Connection) -> Iterator[Any]:
+    """Every checkpoint of a non-empty tree, smallest first, a batch at a time."""
+    start = 1
+    while True:
+        rows = connection.execute(
+            select(log_checkpoints)
+            .where(log_checkpoints.c.size >= start)
+            .order_by(log_checkpoints.c.size)
+            .limit(BATCH)
+        ).all()
+        yield from rows
+        if len(rows) < BATCH:
+            return
+        start = rows[-1].size + 1
+
+
 def _nodes(connection: Connection) -> Callable[[int, int], bytes | None]:
-    """Stored node lookups, a level's range read at a time."""
-    cache: dict[tuple[int, int], bytes] = {}
+    """Stored node lookups: one window of BATCH nodes per level, moved forward as the
+    recomputation walks the leaves (each level's nodes are read once, in order)."""
+    windows: dict[int, tuple[int, dict[int, bytes]]] = {}
 
     def get(level: int, idx: int) -> bytes | None:
-        if (level, idx) not in cache:
-            if len(cache) > 4 * BATCH:
-                cache.clear()
-            for r in connection.execute(
-                select(log_nodes).where(
+        start, found = windows.get(level, (-BATCH, {}))  # the first look-up reads
+        if not start <= idx < start + BATCH:
+            rows = connection.execute(
+                select(log_nodes.c.idx, log_nodes.c.hash).where(
                     log_nodes.c.level == level,
                     log_nodes.c.idx >= idx,
                     log_nodes.c.idx < idx + BATCH,
                 )
-            ):
-                cache[(r.level, r.idx)] = bytes.fromhex(r.hash)
-        return cache.get((level, idx))
+            )
+            found = {r.idx: bytes.fromhex(r.hash) for r in rows}
+            windows[level] = (idx, found)
+        return found.get(idx)  # not yet integrated: absent
 
     return get
 
@@ -167,81 +188,117 @@ def _compare_checkpoint(row: Any, computed: bytes, verifier: Verifier) -> None:
 def _check_facts(
     connection: Connection, read_blob: Callable[[str], bytes] | None
 ) -> tuple[int, int, int, int, int]:
-    leaves: dict[tuple[str, str], list[Any]] = {}
-    for row in _leaves(connection):
-        leaves.setdefault((row.kind, row.subject), []).append(row)
-    seen = set()
+    """Counts first (one statement each), then each row's facts against its one leaf,
+    streamed in the order of the rows' ids: memory stays bounded at any size."""
+    _check_counts(connection)
     mementos = tombstones = blobs = 0
-    for row in connection.execute(select(mementos_table).order_by(mementos_table.c.id)):
+    for row in _joined(connection, mementos_table, MEMENTO):
         memento = memento_from(row)
-        [leaf] = _one(leaves, MEMENTO, memento.id, "memento")
-        seen.add((MEMENTO, memento.id))
         mementos += 1
-        statement = _statement(leaf)
+        statement = _statement(row.leaf_statement)
         if statement is not None:
-            expected = memento_facts(memento, None)
             sha256 = statement.pop("sha256", None)
-            _compare(statement, expected, f"memento {memento.id}", leaf.idx)
+            _compare(statement, memento_facts(memento, None), f"memento {memento.id}", row.leaf_idx)
             if read_blob is not None and memento.deleted_at is None:
-                try:
-                    data = read_blob(memento.content_hash)
-                except AmberError as exc:
-                    raise LogMismatch(
-                        f"memento {memento.id}: its blob cannot be read intact ({exc.message})"
-                    ) from None
-                if hashlib.sha256(data).hexdigest() != sha256 or (
-                    "blake3:" + blake3.blake3(data).hexdigest() != memento.content_hash
-                ):
-                    raise LogMismatch(
-                        f"memento {memento.id}: its blob's bytes do not match leaf {leaf.idx}"
-                    )
+                _check_blob(memento.id, memento.content_hash, sha256, row.leaf_idx, read_blob)
                 blobs += 1
-        if memento.deleted_at is not None:
-            [stone] = _one(leaves, TOMBSTONE, memento.id, "tombstoned memento")
-            seen.add((TOMBSTONE, memento.id))
-            tombstones += 1
-            body = _statement(stone)
+    for row in _joined(connection, mementos_table, TOMBSTONE):
+        tombstones += 1
+        body = _statement(row.leaf_statement)
+        deleted_at = memento_from(row).deleted_at
+        if body is not None and deleted_at is not None:  # the count check: it is deleted
             kind, policy = deletion_of(row.deletion_reason)
-            if body is not None:
-                _compare(
-                    body,
-                    tombstone_facts(memento.id, memento.deleted_at, kind, policy),
-                    f"tombstone of {memento.id}",
-                    stone.idx,
-                )
+            facts = tombstone_facts(row.id, deleted_at, kind, policy)
+            _compare(body, facts, f"tombstone of {row.id}", row.leaf_idx)
     cited = 0
-    for row in connection.execute(select(citations).order_by(citations.c.id)):
-        [leaf] = _one(leaves, CITATION, row.id, "citation")
-        seen.add((CITATION, row.id))
+    for row in _joined(connection, citations, CITATION):
         cited += 1
-        statement = _statement(leaf)
+        statement = _statement(row.leaf_statement)
         if statement is not None:
             statement.pop("document_sha256", None)
             statement.pop("quote_sha256", None)
-            _compare(statement, citation_facts(row), f"citation {row.id}", leaf.idx)
-    stray = sorted(set(leaves) - seen)
-    if stray:
-        kind, subject = stray[0]
-        raise LogMismatch(
-            f"leaf {leaves[stray[0]][0].idx} attests {kind} {subject}, not in the index"
-        )
+            _compare(statement, citation_facts(row), f"citation {row.id}", row.leaf_idx)
     checkpoints = int(
         connection.execute(select(func.count()).select_from(log_checkpoints)).scalar_one()
     )
     return checkpoints, mementos, cited, tombstones, blobs
 
 
-def _one(leaves: dict[tuple[str, str], list[Any]], kind: str, subject: str, what: str) -> list[Any]:
-    found = leaves.get((kind, subject), [])
-    if len(found) != 1:
-        raise LogMismatch(f"{what} {subject} has {len(found)} leaves, not exactly one")
-    return found
+# The first row without exactly one leaf of its kind, and the first leaf attesting no row.
+_LEAF_COUNT = (
+    "SELECT r.id, count(l.idx) FROM {table} r LEFT JOIN log_leaves l "
+    "ON l.subject = r.id AND l.kind = '{kind}' {where} "
+    "GROUP BY r.id HAVING count(l.idx) <> 1 ORDER BY r.id LIMIT 1"
+)
+_COUNTED = (
+    ("mementos", MEMENTO, "", "memento"),
+    ("mementos", TOMBSTONE, "WHERE r.deleted_at IS NOT NULL", "tombstoned memento"),
+    ("citations", CITATION, "", "citation"),
+)
+_STRAY = (
+    "SELECT l.idx, l.kind, l.subject FROM log_leaves l WHERE NOT ("
+    f"(l.kind = '{MEMENTO}' AND EXISTS (SELECT 1 FROM mementos m WHERE m.id = l.subject)) OR "
+    f"(l.kind = '{TOMBSTONE}' AND EXISTS (SELECT 1 FROM mementos m WHERE m.id = l.subject "
+    "AND m.deleted_at IS NOT NULL)) OR "
+    f"(l.kind = '{CITATION}' AND EXISTS (SELECT 1 FROM citations c WHERE c.id = l.subject))"
+    ") ORDER BY l.idx LIMIT 1"
+)
 
 
-def _statement(leaf: Any) -> dict[str, Any] | None:
-    if leaf.statement is None:
+def _check_counts(connection: Connection) -> None:
+    for table, kind, where, what in _COUNTED:
+        wrong = connection.exec_driver_sql(
+            _LEAF_COUNT.format(table=table, kind=kind, where=where)
+        ).first()
+        if wrong is not None:
+            raise LogMismatch(f"{what} {wrong[0]} has {wrong[1]} leaves, not exactly one")
+    stray = connection.exec_driver_sql(_STRAY).first()
+    if stray is not None:
+        raise LogMismatch(f"leaf {stray[0]} attests {stray[1]} {stray[2]}, not in the index")
+
+
+def _joined(connection: Connection, table: Any, kind: str) -> Iterator[Any]:
+    """Each row of ``table`` with its one leaf of ``kind`` (``leaf_idx``,
+    ``leaf_statement``), by id, a batch at a time (keyset: no cursor held across batches)."""
+    query = (
+        select(
+            table,
+            log_leaves.c.idx.label("leaf_idx"),
+            log_leaves.c.statement.label("leaf_statement"),
+        )
+        .join(log_leaves, (log_leaves.c.subject == table.c.id) & (log_leaves.c.kind == kind))
+        .order_by(table.c.id)
+        .limit(BATCH)
+    )
+    after: str | None = None
+    while True:
+        page = query if after is None else query.where(table.c.id > after)
+        rows = connection.execute(page).all()
+        yield from rows
+        if len(rows) < BATCH:
+            return
+        after = rows[-1].id
+
+
+def _check_blob(
+    memento_id: str, address: str, sha256: Any, idx: int, read_blob: Callable[[str], bytes]
+) -> None:
+    try:
+        data = read_blob(address)
+    except AmberError as exc:
+        raise LogMismatch(
+            f"memento {memento_id}: its blob cannot be read intact ({exc.message})"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != sha256 or (
+        "blake3:" + blake3.blake3(data).hexdigest() != address
+    ):
+        raise LogMismatch(f"memento {memento_id}: its blob's bytes do not match leaf {idx}")
+
+
+def _statement(text: str | None) -> dict[str, Any] | None:
+    if text is None:
         return None
-    body = json.loads(leaf.statement)
+    body = json.loads(text)
     for key in ("v", "type", "nonce"):
         body.pop(key, None)
     return dict(body)

@@ -6,6 +6,11 @@ transaction: a transaction that rolls back (or a process killed mid-way) takes i
 increment with it, so the indexes stay dense, with no gaps, whatever happens. On PostgreSQL
 the increment locks that row until commit, which orders concurrent writers' leaves; on
 SQLite the one writer already holds the database's write lock.
+
+Inside :meth:`Index.write` (and ``open_write``) the statements wait in the transaction and
+are sequenced by :meth:`LeafSequencer.flush`, the last statement before the commit: on
+PostgreSQL the counter's row is then locked for one statement and the commit, not for the
+whole transaction, so concurrent writers overlap everything else (docs/design.md §12.2).
 """
 
 from __future__ import annotations
@@ -29,41 +34,84 @@ from archive.log.statements import (
 )
 from archive.mementos import Memento
 
-_NEXT = "UPDATE log_counters SET value = value + {} WHERE name = 'sequenced' RETURNING value"
-_NEXT_SQLITE, _NEXT_PG = _NEXT.format("?"), _NEXT.format("%s")
+_NEXT_SQLITE = "UPDATE log_counters SET value = value + ? WHERE name = 'sequenced' RETURNING value"
 _INSERT = (
     "INSERT INTO log_leaves (idx, kind, subject, tenant, statement, leaf_hash, sequenced_at) "
     "VALUES ({0}, {0}, {0}, {0}, {0}, {0}, {0})"
 )
-_INSERT_SQLITE, _INSERT_PG = _INSERT.format("?"), _INSERT.format("%s")
+_INSERT_SQLITE = _INSERT.format("?")
+# PostgreSQL: the increment and the rows in one statement, one round trip under the lock.
+_SEQUENCE_PG = (
+    "WITH counter AS (UPDATE log_counters SET value = value + %(n)s "
+    "WHERE name = 'sequenced' RETURNING value) "
+    "INSERT INTO log_leaves (idx, kind, subject, tenant, statement, leaf_hash, sequenced_at) "
+    "SELECT counter.value - %(n)s + leaf.o - 1, leaf.kind, leaf.subject, leaf.tenant, "
+    "leaf.statement, leaf.leaf_hash, %(at)s FROM counter, "
+    "unnest(%(kind)s::text[], %(subject)s::text[], %(tenant)s::text[], %(statement)s::text[], "
+    "%(leaf_hash)s::text[]) WITH ORDINALITY AS leaf(kind, subject, tenant, statement, leaf_hash, o)"
+)
+# connection.info: the statements a write transaction waits to sequence at its commit.
+PENDING = "amber.log_pending"
 
 
 class LeafSequencer:
     """Appends leaves inside the caller's write transaction (never commits itself)."""
 
-    def append(self, connection: Connection, statements: Sequence[Statement]) -> int:
-        """Sequence ``statements`` in order; the index of the first."""
+    def defer(self, connection: Connection) -> None:
+        """From now on, :meth:`append` in this transaction waits for :meth:`flush`, which
+        the caller promises to run just before committing (Index.write does)."""
+        connection.info[PENDING] = []
+
+    def flush(self, connection: Connection) -> None:
+        """Sequence what this transaction appended: its last statement before the commit."""
+        pending: list[Statement] | None = connection.info.pop(PENDING, None)
+        if pending:
+            self.sequence(connection, pending)
+
+    def append(self, connection: Connection, statements: Sequence[Statement]) -> None:
+        """Sequence ``statements`` in order in this transaction: at its commit when it was
+        :meth:`defer`-red, else now."""
+        pending: list[Statement] | None = connection.info.get(PENDING)
+        if pending is None:
+            self.sequence(connection, statements)
+        else:
+            pending.extend(statements)
+
+    def sequence(self, connection: Connection, statements: Sequence[Statement]) -> None:
+        """Give ``statements`` the next indexes, in order, now."""
         if not statements:
-            return -1
+            return
         # On the driver: this runs in every write transaction, and SQLAlchemy's statement
         # handling would cost more than the two statements themselves.
-        sqlite = connection.dialect.name == "sqlite"
-        end = int(
-            connection.exec_driver_sql(
-                _NEXT_SQLITE if sqlite else _NEXT_PG, (len(statements),)
-            ).scalar_one()
-        )
-        first = end - len(statements)
         now = utc_now().replace(tzinfo=None)  # naive UTC, as UTCDateTime stores it
-        at: object = now.isoformat(" ", "microseconds") if sqlite else now
+        if connection.dialect.name != "sqlite":
+            self._sequence_pg(connection, statements, now)
+            return
+        end = int(connection.exec_driver_sql(_NEXT_SQLITE, (len(statements),)).scalar_one())
+        first = end - len(statements)
+        at = now.isoformat(" ", "microseconds")
         connection.exec_driver_sql(
-            _INSERT_SQLITE if sqlite else _INSERT_PG,
+            _INSERT_SQLITE,
             [
                 (first + i, s.kind, s.subject, s.tenant, s.text, s.leaf_hash.hex(), at)
                 for i, s in enumerate(statements)
             ],
         )
-        return first
+
+    @staticmethod
+    def _sequence_pg(connection: Connection, statements: Sequence[Statement], at: datetime) -> None:
+        connection.exec_driver_sql(
+            _SEQUENCE_PG,
+            {
+                "n": len(statements),
+                "at": at,
+                "kind": [s.kind for s in statements],
+                "subject": [s.subject for s in statements],
+                "tenant": [s.tenant for s in statements],
+                "statement": [s.text for s in statements],
+                "leaf_hash": [s.leaf_hash.hex() for s in statements],
+            },
+        )
 
     def log_mementos(
         self, connection: Connection, created: Sequence[Memento], contents: Mapping[str, bytes]

@@ -13,16 +13,17 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, insert, or_, select, update
+from sqlalchemy import Connection, insert, select, update
 
-from archive.dates import to_rfc3339, utc_now
+from archive.dates import utc_now
 from archive.exceptions import NotFound, NotYetCheckpointed
 from archive.index.schema import log_checkpoints, log_counters, log_leaves
 from archive.log import tree
-from archive.log.proofcheck import Checkpoint, format_tlog_proof, verify_consistency
+from archive.log.proofcheck import Checkpoint, verify_consistency
+from archive.log.proofs import ProofDocuments, as_utc
 from archive.log.signing import NoteSigner, load_signing_key, origin_from
 from archive.log.timestamps import Timestamper
 
@@ -32,6 +33,50 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amber.log")
 BATCH = 4096  # leaves integrated per transaction
+
+
+# What a round needs to know, in one statement: both counters, the latest checkpoint, whether
+# it is timestamped, and when the last timestamp was taken (log_checkpoints_stamped).
+_STATE = (
+    "SELECT (SELECT value FROM log_counters WHERE name = 'sequenced'), "
+    "(SELECT value FROM log_counters WHERE name = 'integrated'), "
+    "(SELECT max(size) FROM log_checkpoints), "
+    "(SELECT tsa_response IS NOT NULL FROM log_checkpoints ORDER BY size DESC LIMIT 1), "
+    "(SELECT tsa_at FROM log_checkpoints WHERE tsa_response IS NOT NULL "
+    "ORDER BY size DESC LIMIT 1), "
+    "(SELECT signed_at FROM log_checkpoints ORDER BY size DESC LIMIT 1)"
+)
+
+
+@dataclass(frozen=True)
+class RoundState:
+    sequenced: int
+    integrated: int
+    latest: int | None  # the latest checkpoint's size
+    latest_stamped: bool | None
+    last_stamp: datetime | None  # of the largest timestamped checkpoint
+    last_signed: datetime | None  # of the latest checkpoint
+
+    @property
+    def pending(self) -> bool:
+        """Leaves beyond the latest checkpoint."""
+        return self.sequenced != (self.latest or 0) or self.integrated != self.sequenced
+
+    def work_due(self, interval: float) -> bool:
+        """Leaves beyond the latest checkpoint, and a checkpoint due (none signed within
+        ``interval`` seconds) or a full batch waiting. Integration waits for the checkpoint
+        it serves: one write transaction per checkpoint, not one per round."""
+        if not self.pending:
+            return False
+        if self.last_signed is None or self.sequenced - self.integrated >= BATCH:
+            return True
+        return utc_now() - self.last_signed >= timedelta(seconds=interval)
+
+    def stamp_due(self, interval: float) -> bool:
+        """An unstamped latest checkpoint, and no timestamp within ``interval`` seconds."""
+        if self.latest is None or self.latest_stamped:
+            return False
+        return self.last_stamp is None or utc_now() - self.last_stamp >= timedelta(seconds=interval)
 
 
 @dataclass(frozen=True)
@@ -57,6 +102,7 @@ class EvidenceLog:
         self.checkpoint_interval = checkpoint_interval
         self.timestamper = timestamper
         self.tsa_interval = tsa_interval
+        self._documents = ProofDocuments()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -74,32 +120,53 @@ class EvidenceLog:
             self._thread = None
 
     def _run(self) -> None:
-        pause = min(0.25, self.checkpoint_interval)
+        # Every quarter second while leaves arrive (so a checkpoint is signed as soon as one
+        # is due); once a round finds nothing to do, every checkpoint interval: an idle server
+        # reads one small statement that often, and a leaf arriving then still reaches a
+        # checkpoint within about an interval.
+        busy, idle = min(0.25, self.checkpoint_interval), self.checkpoint_interval
+        pause = busy
         while not self._stop.wait(pause):
             try:
-                self.step()
+                pause = busy if self._round(force=False) else idle
             except Exception:  # logged and retried next round: the log must not stop
                 log.exception("evidence log round failed")
+                pause = busy
 
     def step(self, *, force: bool = False) -> StoredCheckpoint | None:
         """Integrate what is sequenced; sign a checkpoint when due (``force``: whenever the
         tree grew); take a timestamp when due. The latest checkpoint."""
-        if force or self._work_waiting():
-            while self._integrate(force=force) == BATCH:
-                pass
-        latest = self.latest()
-        if latest is not None and self.timestamper is not None and latest.timestamp is None:
-            self._timestamp_if_due(latest)
+        self._round(force=force)
         return self.latest()
 
-    def _work_waiting(self) -> bool:
-        """Whether a round has anything to write: leaves to integrate, or a tree larger than
-        the last checkpoint. Read first, so an idle server takes no write lock."""
-        sequenced, integrated = self.sizes()
-        if sequenced != integrated:
-            return True
-        latest = self.latest()
-        return integrated > (0 if latest is None else latest.size)
+    def _round(self, *, force: bool) -> bool:
+        """One round; whether leaves are waiting or it did work. One that finds nothing due
+        (nothing sequenced since the last checkpoint, or the next checkpoint not due yet; no
+        timestamp due) is one read of one small statement: no write lock, no write."""
+        state = self._state()
+        working = force or state.work_due(self.checkpoint_interval)
+        if working:
+            while self._integrate(force=force) == BATCH:
+                pass
+            state = self._state()
+        working = working or state.pending
+        if self.timestamper is not None and state.stamp_due(self.tsa_interval):
+            self.timestamp(state.latest)
+            working = True
+        return working
+
+    def _state(self) -> RoundState:
+        with self.index.read() as connection:
+            row = connection.exec_driver_sql(_STATE).one()
+        sequenced, integrated, latest, stamped, last, signed = row
+        return RoundState(
+            int(sequenced),
+            int(integrated),
+            None if latest is None else int(latest),
+            None if stamped is None else bool(stamped),
+            None if last is None else as_utc(last),
+            None if signed is None else as_utc(signed),
+        )
 
     def _integrate(self, *, force: bool) -> int:
         """One transaction: up to BATCH leaves into the tree, then a checkpoint if due."""
@@ -161,18 +228,6 @@ class EvidenceLog:
         connection.execute(
             insert(log_checkpoints).values(size=size, root=head.hex(), note=note, signed_at=now)
         )
-
-    def _timestamp_if_due(self, latest: StoredCheckpoint) -> None:
-        with self.index.read() as connection:
-            last = connection.execute(
-                select(log_checkpoints.c.tsa_at)
-                .where(log_checkpoints.c.tsa_at.is_not(None))
-                .order_by(log_checkpoints.c.tsa_at.desc())
-                .limit(1)
-            ).scalar()
-        if last is not None and utc_now() - last < timedelta(seconds=self.tsa_interval):
-            return
-        self.timestamp(latest.size)
 
     def timestamp(self, size: int | None = None) -> StoredCheckpoint:
         """Anchor a checkpoint (the latest by default) with an RFC 3161 timestamp now."""
@@ -252,76 +307,7 @@ class EvidenceLog:
 
     def _proof(self, kind: str, subject: str, tenant: str) -> dict[str, Any]:
         with self.index.read() as connection:
-            leaf = connection.execute(
-                select(log_leaves)
-                .where(
-                    log_leaves.c.subject == subject,
-                    log_leaves.c.kind == kind,
-                    log_leaves.c.tenant == tenant,
-                )
-                .order_by(log_leaves.c.idx)
-                .limit(1)
-            ).first()
-            if leaf is None:
-                raise NotFound(f"this {kind} has no leaf in the evidence log")
-            # The first timestamped checkpoint holding the leaf, and the latest: one query.
-            first_stamped = (
-                select(func.min(log_checkpoints.c.size))
-                .where(
-                    log_checkpoints.c.size > leaf.idx,
-                    log_checkpoints.c.tsa_response.is_not(None),
-                )
-                .scalar_subquery()
-            )
-            newest_size = select(func.max(log_checkpoints.c.size)).scalar_subquery()
-            found = {
-                row.size: row
-                for row in connection.execute(
-                    select(log_checkpoints).where(
-                        or_(
-                            log_checkpoints.c.size == first_stamped,
-                            log_checkpoints.c.size == newest_size,
-                        )
-                    )
-                )
-            }
-            if not found or max(found) <= leaf.idx:
-                raise NotYetCheckpointed("this leaf is not in a signed checkpoint yet; retry")
-            newest = _checkpoint(found[max(found)])
-            chosen = _checkpoint(found[min(found)])
-            # Both proofs' nodes in one statement.
-            inclusion = tree.inclusion_plan(leaf.idx, chosen.size)
-            consistency_plan = (
-                tree.consistency_plan(chosen.size, newest.size)
-                if chosen.size != newest.size
-                else []
-            )
-            hashes = tree.resolve(connection, inclusion + consistency_plan)
-            path, consistency = hashes[: len(inclusion)], hashes[len(inclusion) :]
-        return {
-            "index": leaf.idx,
-            "statement": leaf.statement,
-            "leaf_hash": base64.b64encode(bytes.fromhex(leaf.leaf_hash)).decode(),
-            "sequenced_at": to_rfc3339(leaf.sequenced_at),
-            "proof": format_tlog_proof(leaf.idx, path, chosen.note),
-            "timestamp": None
-            if chosen.timestamp is None
-            else base64.b64encode(chosen.timestamp).decode(),
-            "consistency": {
-                "old_size": chosen.size,
-                "new_size": newest.size,
-                "proof": [base64.b64encode(h).decode() for h in consistency],
-                "checkpoint": newest.note,
-            },
-        }
-
-    def sizes(self) -> tuple[int, int]:
-        """(sequenced, integrated) leaf counts."""
-        with self.index.read() as connection:
-            values = dict(
-                connection.execute(select(log_counters.c.name, log_counters.c.value)).all()
-            )
-        return int(values["sequenced"]), int(values["integrated"])
+            return self._documents.build(connection, kind, subject, tenant)
 
 
 def _checkpoint(row: Any) -> StoredCheckpoint:
