@@ -13,18 +13,24 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 
 log = logging.getLogger(__name__)
 
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
 # any constant unlikely to collide with another application's keys in the same database.
 RETENTION_LOCK = 0x616D626572_01  # "amber", 1
+
+# A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
+PING_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "amber.idle_since"
 
 
 def lock_against_sweeps(connection: Connection, dialect: str, *, exclusive: bool) -> None:
@@ -69,6 +75,38 @@ def driver_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
+
+
+def postgres_engine(url: str, *, pool_size: int, max_overflow: int) -> Engine:
+    """A PostgreSQL engine whose pool pings a connection only when it sat idle a while.
+
+    ``pool_pre_ping`` pays a round trip at every checkout: one more per write batch and per
+    resolve, for a server that went away seconds ago at most. A connection used within the
+    last :data:`PING_IDLE_SECONDS` is handed out as it is; should the server have gone
+    meanwhile, the statement fails, the pool drops every connection it holds, and the group
+    commit retries the batch's writes one by one on new ones (nothing is acknowledged)."""
+    engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)  # None: just connected (info is per connection)
+        if idle_since is None or time.monotonic() - idle_since < PING_IDLE_SECONDS:
+            return
+        try:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("SELECT 1")
+            finally:
+                cursor.close()
+            dbapi_connection.rollback()
+        except Exception as error:  # the pool then connects anew and tries again
+            raise DisconnectionError("pooled connection is gone") from error
+
+    return engine
 
 
 def sqlite_path_of(url: str) -> str:

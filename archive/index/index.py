@@ -23,7 +23,6 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
-    create_engine,
     func,
     literal_column,
     select,
@@ -41,6 +40,7 @@ from archive.index.engines import (
     create_private_database,
     driver_url,
     lock_against_sweeps,
+    postgres_engine,
     sqlite_engine,
     sqlite_path_of,
 )
@@ -93,10 +93,8 @@ class Index:
             self._writer = sqlite_engine(self.url, durable=durable, immediate=True)
             self._reader = sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
-            self._writer = create_engine(self.url, pool_size=5, max_overflow=5, pool_pre_ping=True)
-            self._reader = create_engine(
-                self.url, pool_size=10, max_overflow=10, pool_pre_ping=True
-            )
+            self._writer = postgres_engine(self.url, pool_size=5, max_overflow=5)
+            self._reader = postgres_engine(self.url, pool_size=10, max_overflow=10)
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
@@ -261,26 +259,27 @@ class Index:
             return []
         self.changes.timemaps_change(connection)
         self.inserts.ensure_tenants(connection, {m.tenant for m in batch})
-        self.inserts.insert_ignoring(
-            connection,
-            blobs,
-            [
-                {
-                    "address": m.content_hash,
-                    "size": m.size,
-                    "version_id": m.blob_version_id,
-                    "stored_at": m.archived_at,
-                    "state": "live",
-                    "lock_legal_hold": 0,
-                }
-                for m in batch
-            ],
-            conflict=["address"],
-        )
+        blob_rows = [
+            {
+                "address": m.content_hash,
+                "size": m.size,
+                "version_id": m.blob_version_id,
+                "stored_at": m.archived_at,
+                "state": "live",
+                "lock_legal_hold": 0,
+            }
+            for m in batch
+        ]
+        # PostgreSQL: inserted and locked in one statement, which also reads their states.
+        states = self.inserts.insert_blobs_locked(connection, blob_rows)
+        if states is None:
+            self.inserts.insert_ignoring(connection, blobs, blob_rows, conflict=["address"])
         # The version each memento records is the one current under the lock, not the one
         # the writer's put saw before it: a sweep may have deleted that version since and
         # another writer re-stored the bytes as a new one.
-        versions = self._current_versions(connection, {m.content_hash for m in batch}, revive)
+        versions = self._current_versions(
+            connection, {m.content_hash for m in batch}, revive, states
+        )
         versioned = {m.id: with_version(m, versions) for m in batch}
         rows = {i: self._memento_row(m) for i, m in versioned.items()}
         inserted = self.inserts.insert_ignoring(
@@ -311,12 +310,16 @@ class Index:
         connection: Connection,
         addresses: set[str],
         revive: Callable[[str], StoredBlob] | None,
+        states: list[tuple[Any, ...]] | None = None,
     ) -> dict[str, str | None]:
         """Each blob's current version, re-storing (under the write lock) those a retention
-        sweep has marked or finished deleting."""
+        sweep has marked or finished deleting. ``states``: the blobs' states, when read
+        already (RowInserter.insert_blobs_locked)."""
         # A blob not listed is live and unversioned (its row was inserted or kept just now).
         versions: dict[str, str | None] = dict.fromkeys(addresses)
-        for address, state, version_id in self._blob_states(connection, sorted(addresses)):
+        if states is None:
+            states = self._blob_states(connection, sorted(addresses))
+        for address, state, version_id in states:
             if state == "live":
                 versions[address] = version_id
                 continue
