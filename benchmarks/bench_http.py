@@ -46,9 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadloop import (  # the sibling module
     Window,
     load_process_main,
-    machine_cpu_seconds,
     now,
-    process_cpu_seconds,
     run_load_process,
 )
 from loadloop import percentile as percentile  # imported from here by bench_production.py
@@ -110,11 +108,6 @@ def remove_data(path: Path) -> None:
         "started sooner pays slower file creation (benchmarks/README.md)",
         file=sys.stderr,
     )
-
-
-# Older names, which bench_production.py imports from here (loadloop.py has them now).
-_proc_cpu_seconds = process_cpu_seconds
-_machine_cpu_seconds = machine_cpu_seconds
 
 
 def _passage_body(index: int, salt: str, uri_space: int) -> bytes:

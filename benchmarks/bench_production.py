@@ -61,15 +61,19 @@ from bench_http import (  # the sibling script, imported as a module
     Server,
     _free_port,
     _git_commit,
-    _machine_cpu_seconds,
     _make_key,
     _passage_body,
-    _proc_cpu_seconds,
     _server_env,
-    percentile,
     summarize_profile,
 )
 from bench_navigation import DEFAULT_POSTGRES, PostgresSchema
+from loadloop import (
+    load_process_main,
+    machine_cpu_seconds,
+    percentile,
+    process_cpu_seconds,
+    run_load_process,
+)
 
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -138,11 +142,11 @@ def postgres_pids() -> list[int]:
 
 
 def cpu_of(pids: list[int]) -> float:
-    return sum(_proc_cpu_seconds(pid) for pid in pids)
+    return sum(process_cpu_seconds(pid) for pid in pids)
 
 
 def postgres_cpu() -> dict[int, float]:
-    return {pid: _proc_cpu_seconds(pid) for pid in postgres_pids()}
+    return {pid: process_cpu_seconds(pid) for pid in postgres_pids()}
 
 
 def grown(before: dict[int, float], after: dict[int, float]) -> float:
@@ -212,9 +216,9 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
         return (
             cpu_of(tree_pids(spec["amber_pid"])) if spec["amber_pid"] else 0.0,
             postgres_cpu(),
-            _proc_cpu_seconds(spec["s3_pid"]),
+            process_cpu_seconds(spec["s3_pid"]),
             time.process_time(),
-            _machine_cpu_seconds(),
+            machine_cpu_seconds(),
         )
 
     tasks = [asyncio.create_task(worker()) for _ in range(spec["concurrency"])]
@@ -252,24 +256,10 @@ async def _drive(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_main(spec_path: str, out_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    import uvloop
-
-    Path(out_path).write_text(json.dumps(uvloop.run(_drive(spec))))
-    return 0
-
-
 def run_load(work: Path, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    spec_path, out_path = work / f"spec-{name}.json", work / f"out-{name}.json"
-    spec_path.write_text(json.dumps(spec))
-    subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "_load", str(spec_path), str(out_path)],
-        check=True,
-        cwd=REPO_ROOT,
+    return run_load_process(
+        __file__, spec, work / f"spec-{name}.json", work / f"out-{name}.json", REPO_ROOT
     )
-    result: dict[str, Any] = json.loads(out_path.read_text())
-    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -366,13 +356,13 @@ def boto3_phase(
     for thread in threads:
         thread.start()
     time.sleep(args.warmup)
-    cpu0 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
+    cpu0 = (time.process_time(), process_cpu_seconds(s3.server.process.pid), machine_cpu_seconds())
     t0 = time.perf_counter()
     state["measuring"] = True
     time.sleep(args.duration)
     state["stop"] = True
     seconds = time.perf_counter() - t0
-    cpu1 = (time.process_time(), _proc_cpu_seconds(s3.server.process.pid), _machine_cpu_seconds())
+    cpu1 = (time.process_time(), process_cpu_seconds(s3.server.process.pid), machine_cpu_seconds())
     for thread in threads:
         thread.join()
     if lean is not None:
@@ -698,7 +688,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_load"]:
-        return load_main(argv[1], argv[2])
+        return load_process_main(argv[1], argv[2], _drive)
     args = parse_args(argv)
     args.amber_root = args.amber_root.resolve()
     phases: list[Phase] = []
