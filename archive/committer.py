@@ -87,6 +87,17 @@ class GroupCommitter(Generic[T, R]):
             self._queue.put((item, future))
         return future.result()
 
+    async def submit_async(self, item: T) -> R:
+        """:meth:`submit` for an event loop: the loop serves others until the batch holding
+        ``item`` has committed, and no thread waits meanwhile. Once queued, ``item`` is
+        committed even if the waiting task is cancelled."""
+        future: Future[R] = Future()
+        with self._closing:
+            if self._closed:
+                raise RuntimeError("committer is closed")
+            self._queue.put((item, future))
+        return await asyncio.wrap_future(future)
+
     def close(self) -> None:
         """Commit what is queued, then stop the worker."""
         with self._closing:

@@ -37,7 +37,7 @@ from archive.mementos import (
     select_headers,
 )
 from archive.retention import first_lock
-from archive.uri import parse_uri_r
+from archive.uri import URIR, parse_uri_r
 
 _T = TypeVar("_T")
 
@@ -75,6 +75,36 @@ class PendingWrite:
     staged: StagedBlob  # published (made durable) by the group commit, before the rows
     idempotency_key: str | None
     request_hash: str | None
+
+
+@dataclass(frozen=True)
+class CheckedWrite:
+    """A write's request once checked: everything its memento needs but the stored blob."""
+
+    tenant: str
+    uri: URIR
+    captured_at: datetime
+    archived_at: datetime
+    media_type: str
+    scope: Scope
+    facts: CaptureFacts
+
+    def memento_of(self, staged: StagedBlob) -> Memento:
+        stored = staged.blob
+        return Memento(
+            id=memento_id(self.tenant, self.uri.key, self.captured_at, stored.address),
+            tenant=self.tenant,
+            uri_r=self.uri.raw,
+            urir_key=self.uri.key,
+            captured_at=self.captured_at,
+            archived_at=self.archived_at,
+            content_hash=stored.address,
+            blob_version_id=stored.version_id,
+            media_type=self.media_type,
+            size=stored.size,
+            scope=self.scope,
+            facts=self.facts,
+        )
 
 
 class MementoWriter:
@@ -137,6 +167,8 @@ class MementoWriter:
         """:meth:`write` for an event loop. A quick write (:meth:`stages_on_loop`) is
         checked and staged on the loop, which serves other requests while the group commit
         makes it durable; any other is written in a worker thread."""
+        if self.puts_on_loop(len(request.content)):
+            return await self._write_putting_on_loop(request, tenant, idempotency_key, request_hash)
         if not self.stages_on_loop(len(request.content)):
             return await anyio.to_thread.run_sync(
                 functools.partial(
@@ -169,6 +201,38 @@ class MementoWriter:
             and self.index.reads_in_process
         )
 
+    def puts_on_loop(self, size: int) -> bool:
+        """Whether a write of ``size`` bytes is put from the event loop (a remote store whose
+        puts need no thread: ``loop_puts``) and committed by the commit thread, with no
+        worker thread held for either wait."""
+        return size <= QUICK_WRITE_BYTES and self.blobs.capabilities.loop_puts
+
+    async def _write_putting_on_loop(
+        self,
+        request: MementoRequest,
+        tenant: str,
+        idempotency_key: str | None,
+        request_hash: str | None,
+    ) -> WriteResult:
+        """The event loop checks the write and sends its PutObject; the commit thread
+        commits its rows with the other writes of its batch. The idempotency check before
+        the put is an index read: a thread's job, and only for keyed writes."""
+        if idempotency_key is not None:
+            replay = await anyio.to_thread.run_sync(
+                self.index.check_idempotency, tenant, idempotency_key, request_hash or ""
+            )
+            if replay is not None:
+                return await anyio.to_thread.run_sync(self._replay, tenant, replay)
+        checked = self._check(request, tenant)
+        staged = await self.blobs.stage_async(
+            request.content, retain_until=self.initial_lock(checked.archived_at)
+        )
+        pending = PendingWrite(
+            checked.memento_of(staged), request.content, staged, idempotency_key, request_hash
+        )
+        # Staged on S3 means stored: a failed commit leaves an orphan for `amber gc`.
+        return await self.committer.submit_async(pending)
+
     def prepare(
         self,
         request: MementoRequest,
@@ -181,6 +245,20 @@ class MementoWriter:
             replay = self.index.check_idempotency(tenant, idempotency_key, request_hash or "")
             if replay is not None:
                 return self._replay(tenant, replay)
+        checked = self._check(request, tenant)
+        # Written now, made durable by the group commit together with concurrent writes.
+        staged = self.blobs.stage(
+            request.content, retain_until=self.initial_lock(checked.archived_at)
+        )
+        try:
+            memento = checked.memento_of(staged)
+        except BaseException:  # discard_on_failure, without a generator per write
+            self.blobs.discard([staged])
+            raise
+        return PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
+
+    def _check(self, request: MementoRequest, tenant: str) -> CheckedWrite:
+        """A write's request checked (InvalidInput subclasses when it is not acceptable)."""
         uri = parse_uri_r(request.uri_r, self._settings.internal_schemes)
         archived_at = utc_now()
         captured_at = check_captured_at(request.captured_at, archived_at)
@@ -195,28 +273,7 @@ class MementoWriter:
         )
         if facts.final_url is not None:
             parse_uri_r(facts.final_url, self._settings.internal_schemes)
-        # Written now, made durable by the group commit together with concurrent writes.
-        staged = self.blobs.stage(request.content, retain_until=self.initial_lock(archived_at))
-        try:
-            stored = staged.blob
-            memento = Memento(
-                id=memento_id(tenant, uri.key, captured_at, stored.address),
-                tenant=tenant,
-                uri_r=uri.raw,
-                urir_key=uri.key,
-                captured_at=captured_at,
-                archived_at=archived_at,
-                content_hash=stored.address,
-                blob_version_id=stored.version_id,
-                media_type=media_type,
-                size=stored.size,
-                scope=request.scope,
-                facts=facts,
-            )
-        except BaseException:  # discard_on_failure, without a generator per write
-            self.blobs.discard([staged])
-            raise
-        return PendingWrite(memento, request.content, staged, idempotency_key, request_hash)
+        return CheckedWrite(tenant, uri, captured_at, archived_at, media_type, request.scope, facts)
 
     def initial_lock(self, archived_at: datetime) -> datetime | None:
         """With S3 Object Lock, a new blob is locked for the grace period from the start;

@@ -91,6 +91,8 @@ class BlobStoreCapabilities:
     - ``shared_sync``: ``publish`` makes a whole batch durable with one filesystem sync, and
       ``publish_async`` lets an event loop wait for it; the write path then commits on the
       loop.
+    - ``loop_puts``: ``stage_async`` stores a blob from the caller's event loop, with no
+      worker thread (the lean S3 client); the write path then stages there.
     - ``local_deletes``: a delete is a local unlink (``batched_deletes`` shares the directory
       syncs), so retention deletes many blobs per index transaction; remote deletes are
       round trips, and fewer share one transaction.
@@ -99,6 +101,7 @@ class BlobStoreCapabilities:
     reads_in_process: bool
     shared_sync: bool
     local_deletes: bool
+    loop_puts: bool = False
 
 
 @runtime_checkable
@@ -139,6 +142,10 @@ class BlobStore(RetentionLock, Protocol):
         self, blobs: Sequence[bytes], *, retain_until: datetime | None = None
     ) -> list[StagedBlob]:
         """``stage`` of each, in order (a store may write them concurrently)."""
+        ...
+
+    async def stage_async(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """:meth:`stage` from an event loop (on the loop itself when ``loop_puts``)."""
         ...
 
     def publish(self, staged: Sequence[StagedBlob]) -> None:

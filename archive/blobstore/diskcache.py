@@ -214,6 +214,9 @@ class DiskCachedBlobStore:
     ) -> list[StagedBlob]:
         return self._inner.stage_many(blobs, retain_until=retain_until)
 
+    async def stage_async(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        return await self._inner.stage_async(data, retain_until=retain_until)
+
     def publish(self, staged: Sequence[StagedBlob]) -> None:
         self._inner.publish(staged)
 

@@ -18,6 +18,7 @@ the directory can delete evidence. Use S3 with Object Lock where that matters.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -29,6 +30,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
+
+import anyio
 
 from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob, ceil_to_second
 from archive.blobstore.objectlock import NoStorageLock
@@ -96,6 +99,13 @@ class LocalBlobStore(NoStorageLock):
             self.discard(staged)
             raise
         return staged
+
+    async def stage_async(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """:meth:`stage` in a worker thread (the write path stages small bodies on its loop
+        itself: ``shared_sync``)."""
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.stage, data, retain_until=retain_until)
+        )
 
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """Write ``data`` to a temp file beside its final path, not yet synced or named."""

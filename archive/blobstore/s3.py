@@ -40,13 +40,14 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
+import anyio
 import boto3
 from botocore.exceptions import (
     BotoCoreError,
@@ -55,6 +56,7 @@ from botocore.exceptions import (
 
 from archive.blobstore.base import BlobStoreCapabilities, StagedBlob, StoredBlob
 from archive.blobstore.inflight import InFlight
+from archive.blobstore.loopputs import LoopPuts
 from archive.blobstore.objectlock import S3ObjectLock, lock_state
 from archive.blobstore.s3_client import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -98,7 +100,7 @@ class S3BlobStore(S3ObjectLock):
 
     # Every get and delete is a network round trip; each put is made durable by itself.
     capabilities = BlobStoreCapabilities(
-        reads_in_process=False, shared_sync=False, local_deletes=False
+        reads_in_process=False, shared_sync=False, local_deletes=False, loop_puts=False
     )
 
     def __init__(
@@ -144,6 +146,13 @@ class S3BlobStore(S3ObjectLock):
         # None: every call goes through ``client``.
         self.lean = lean
         self._lean_put_headers = encryption_headers(self.encryption)
+        # With the lean client, a write's PutObject goes from the event loop (loopputs.py).
+        self.loop_puts: LoopPuts | None = None
+        if lean is not None:
+            self.loop_puts = LoopPuts(
+                lean, self.key_for, self._lean_headers, self._initial_lock, self.put
+            )
+            self.capabilities = replace(self.capabilities, loop_puts=True)
 
     @classmethod
     def from_settings(
@@ -226,6 +235,15 @@ class S3BlobStore(S3ObjectLock):
     def stage(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
         """A put: each object is durable on its own once S3 answers."""
         return StagedBlob(self.put(data, retain_until=retain_until))
+
+    async def stage_async(self, data: bytes, *, retain_until: datetime | None = None) -> StagedBlob:
+        """:meth:`stage` from an event loop: the PutObject goes from the loop itself when
+        the lean client is on (``capabilities.loop_puts``), else from a worker thread."""
+        if self.loop_puts is None:
+            return await anyio.to_thread.run_sync(
+                functools.partial(self.stage, data, retain_until=retain_until)
+            )
+        return StagedBlob(await self.loop_puts.put(data, retain_until))
 
     def publish(self, staged: Sequence[StagedBlob]) -> None:
         return None  # staged blobs were stored by stage()
@@ -365,10 +383,7 @@ class S3BlobStore(S3ObjectLock):
     ) -> str | None:
         """One conditional-create PutObject; its VersionId. Raises ClientError."""
         if self.lean is not None:
-            headers = self._lean_put_headers
-            if lock is not None and self._lock_mode is not None:
-                headers = {**headers, **lock_headers(self._lock_mode, lock)}
-            return self.lean.put_object(key, data, digest, headers)
+            return self.lean.put_object(key, data, digest, self._lean_headers(lock))
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": key,
@@ -386,6 +401,12 @@ class S3BlobStore(S3ObjectLock):
             params["ObjectLockRetainUntilDate"] = lock
         version_id: str | None = self.client.put_object(**params).get("VersionId")
         return version_id
+
+    def _lean_headers(self, lock: datetime | None) -> Mapping[str, str]:
+        """The lean PutObject's extra headers: encryption, and the lock of the new version."""
+        if lock is None or self._lock_mode is None:
+            return self._lean_put_headers
+        return {**self._lean_put_headers, **lock_headers(self._lock_mode, lock)}
 
     def _confirm_existing(self, key: str, address: str, size: int, checksum: str) -> StoredBlob:
         """After a 412: prove the stored object is our bytes before calling the put done."""

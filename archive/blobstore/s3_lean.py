@@ -36,7 +36,7 @@ import hmac
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
@@ -45,6 +45,8 @@ from urllib.parse import quote, urlsplit
 import certifi
 import urllib3
 from botocore.exceptions import ClientError, NoCredentialsError
+
+from archive.blobstore.loophttp import LoopConnections, Response
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _ALGORITHM = "AWS4-HMAC-SHA256"
@@ -62,20 +64,11 @@ class Credentials(Protocol):
     def get_frozen_credentials(self) -> Any: ...
 
 
-class Response:
-    """One HTTP answer: status, headers (case-insensitive) and the whole body."""
-
-    __slots__ = ("data", "headers", "status")
-
-    def __init__(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.data = data
-
-
 # How a request goes out: (method, path with query, headers, body) -> Response. A seam the
 # fault-injection tests wrap; :meth:`LeanS3.send` is the real one.
 Send = Callable[[str, str, dict[str, str], bytes | None], Response]
+# The same on the caller's event loop (PutObject only): :meth:`LeanS3.put_object_async`.
+AsyncSend = Callable[[str, str, dict[str, str], bytes], Awaitable[Response]]
 
 
 class SigningKeys:
@@ -136,9 +129,17 @@ class LeanS3:
             **options,
         )
         self.send: Send = self._send
+        self._loop_connections = LoopConnections(
+            f"{parts.scheme}://{parts.netloc}",
+            max_idle=pool_size,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+        self.send_async: AsyncSend = self._loop_connections.request
 
     def close(self) -> None:
         self._pool.close()
+        self._loop_connections.close()
 
     # -- operations ---------------------------------------------------------------------
 
@@ -147,15 +148,16 @@ class LeanS3:
     ) -> str | None:
         """Conditional create of ``key``; ``digest`` is the SHA-256 of ``data``. Returns
         the VersionId (None on an unversioned bucket). Raises ClientError on refusal."""
-        sent = {
-            "content-type": "application/octet-stream",
-            "if-none-match": "*",
-            "x-amz-checksum-sha256": base64.b64encode(digest).decode("ascii"),
-            "x-amz-sdk-checksum-algorithm": "SHA256",
-            **headers,
-        }
-        response = self._call("PutObject", "PUT", key, None, sent, data, digest.hex())
-        return response.headers.get("x-amz-version-id")
+        target, signed = self._put_request(key, digest, headers)
+        return _put_answer(self.send("PUT", target, signed, data))
+
+    async def put_object_async(
+        self, key: str, data: bytes, digest: bytes, headers: Mapping[str, str]
+    ) -> str | None:
+        """:meth:`put_object` from an event loop, on a connection that loop owns; raises
+        ClientError on refusal and OSError or TimeoutError when the answer never came."""
+        target, signed = self._put_request(key, digest, headers)
+        return _put_answer(await self.send_async("PUT", target, signed, data))
 
     def get_object(self, key: str, version_id: str | None) -> bytes:
         """The object's bytes, complete; ClientError (NoSuchKey …) when refused."""
@@ -180,6 +182,20 @@ class LeanS3:
         return head_fields(response.headers)
 
     # -- one request --------------------------------------------------------------------
+
+    def _put_request(
+        self, key: str, digest: bytes, headers: Mapping[str, str]
+    ) -> tuple[str, dict[str, str]]:
+        """The conditional create's target and signed headers (the body is sent as is)."""
+        sent = {
+            "content-type": "application/octet-stream",
+            "if-none-match": "*",
+            "x-amz-checksum-sha256": base64.b64encode(digest).decode("ascii"),
+            "x-amz-sdk-checksum-algorithm": "SHA256",
+            **headers,
+        }
+        path = self._bucket_path + _quote(key)
+        return path, self._sign("PUT", path, "", sent, digest.hex())
 
     def _call(
         self,
@@ -253,6 +269,12 @@ class LeanS3:
             decode_content=False,  # the stored bytes as they are: verify() hashes them
         )
         return Response(answer.status, answer.headers, answer.data)
+
+
+def _put_answer(response: Response) -> str | None:
+    if response.status >= 300:
+        raise _client_error("PutObject", response)
+    return response.headers.get("x-amz-version-id")
 
 
 def head_fields(headers: Mapping[str, str]) -> dict[str, Any]:
