@@ -64,6 +64,7 @@ from bench_http import (  # the sibling script, imported as a module
     _make_key,
     _passage_body,
     _server_env,
+    scrape_metrics,
     summarize_profile,
 )
 from bench_navigation import DEFAULT_POSTGRES, PostgresSchema
@@ -101,6 +102,8 @@ class Phase:
     load_cpu: float  # load process, cores
     other_cpu: float  # the rest of the machine, cores (noise)
     statuses: dict[str, int]
+    # From Amber's GET /metrics over an Amber write phase (warm-up included); else None.
+    writes_per_commit: float | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -430,9 +433,11 @@ def start_amber(
     )
     cli = [sys.executable, "-m", "api.cli"]
     api_key = _make_key(cli, "agent", args.amber_root, env)
+    admin_key = _make_key(cli, "admin", args.amber_root, env)
     argv = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     server = Server(f"amber-{workers}w", argv, env, port, work, cwd=args.amber_root)
     server.api_key = api_key
+    server.admin_key = admin_key
     server.wait_ready("/healthz")
     return server
 
@@ -553,15 +558,33 @@ def run_workers(
                         spec = phase_spec(args, s3_base, amber.pid, s3_pid)
                     label = f"{workers}-{n}-{target}-{kind}"
                     profiler = start_profiler(args, amber, label) if target == "amber" else None
+                    measured = target == "amber" and kind == "write"
+                    before = scrape_metrics(amber) if measured else None
                     try:
                         result = run_load(work, label, {**spec, **extra})
                     finally:
                         stop_profiler(profiler)
                     result.pop("written")
+                    if before is not None:
+                        result["writes_per_commit"] = writes_per_commit(before, amber)
                     phase = Phase(workers=workers, round=n, target=target, kind=kind, **result)
                     phases.append(phase)
                     print_phase(phase, args)
     return phases
+
+
+def writes_per_commit(before: dict[str, float], amber: Server) -> float | None:
+    """Memento writes per group commit since ``before`` (all workers), from /metrics."""
+    after = scrape_metrics(amber)
+    if after is None:
+        return None
+    batches = after.get("amber_write_batches_total", 0.0) - before.get(
+        "amber_write_batches_total", 0.0
+    )
+    items = after.get("amber_write_batch_mementos_total", 0.0) - before.get(
+        "amber_write_batch_mementos_total", 0.0
+    )
+    return items / batches if batches else None
 
 
 def print_phase(p: Phase, args: argparse.Namespace) -> None:
@@ -572,6 +595,7 @@ def print_phase(p: Phase, args: argparse.Namespace) -> None:
         f"p50 {p.p50_ms:6.2f} ms  p99 {p.p99_ms:7.2f} ms  CPU ms/req: amber "
         f"{p.amber_cpu_ms:5.2f} pg {p.postgres_cpu_ms:5.2f} s3 {p.s3_cpu_ms:5.2f}  "
         f"load {p.load_cpu:4.2f} other {p.other_cpu:4.2f}"
+        + (f"  writes/commit {p.writes_per_commit:.1f}" if p.writes_per_commit else "")
         + (f"  statuses {p.statuses}" if p.errors else ""),
         flush=True,
     )

@@ -133,6 +133,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._answer: asyncio.Future[Response] | None = None
         self._received = False  # any byte of the current answer
@@ -155,13 +156,20 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.usable = False
-        if self._transport is not None:
-            self._transport.close()
+        transport, self._transport = self._transport, None
+        if transport is None:
+            return
+        if self._loop is not None and self._loop.is_closed():
+            # Its loop is gone (a test's, the CLI's): a transport cannot close without it,
+            # and dropping it lets the collector close the socket.
+            return
+        transport.close()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._loop = asyncio.get_running_loop()
         self.usable = True
 
     def data_received(self, data: bytes) -> None:

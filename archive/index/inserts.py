@@ -148,7 +148,9 @@ class UnnestInsert:
         dialect = engine.dialect
         quote = dialect.identifier_preparer.quote
         columns = [table.c[k] for k in keys]
-        arrays = ", ".join(f"%s::{c.type.compile(dialect=dialect)}[]" for c in columns)
+        # %b: each array travels in binary, element by element; as text, psycopg quotes
+        # every element through a regular expression (most of a small batch's dump time).
+        arrays = ", ".join(f"%b::{c.type.compile(dialect=dialect)}[]" for c in columns)
         sql = (
             f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
             f"({', '.join(quote(c.name) for c in columns)}) SELECT * FROM unnest({arrays}) "

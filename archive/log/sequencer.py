@@ -47,8 +47,8 @@ _SEQUENCE_PG = (
     "INSERT INTO log_leaves (idx, kind, subject, tenant, statement, leaf_hash, sequenced_at) "
     "SELECT counter.value - %(n)s + leaf.o - 1, leaf.kind, leaf.subject, leaf.tenant, "
     "leaf.statement, leaf.leaf_hash, %(at)s FROM counter, "
-    "unnest(%(kind)s::text[], %(subject)s::text[], %(tenant)s::text[], %(statement)s::text[], "
-    "%(leaf_hash)s::text[]) WITH ORDINALITY AS leaf(kind, subject, tenant, statement, leaf_hash, o)"
+    "unnest(%(kind)b::text[], %(subject)b::text[], %(tenant)b::text[], %(statement)b::text[], "
+    "%(leaf_hash)b::text[]) WITH ORDINALITY AS leaf(kind, subject, tenant, statement, leaf_hash, o)"
 )
 # connection.info: the statements a write transaction waits to sequence at its commit.
 PENDING = "amber.log_pending"
