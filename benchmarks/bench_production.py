@@ -442,6 +442,33 @@ def start_amber(
     return server
 
 
+def start_floor(
+    workers: int, database_url: str, s3: S3Side, work: Path, args: argparse.Namespace
+) -> Server:
+    """benchmarks/floor_s3_app.py under uvicorn with ``workers`` processes, on its own schema
+    and key prefix: the least work a durable write on PostgreSQL + S3 can be."""
+    port = _free_port()
+    env = _server_env(
+        {
+            "FLOOR_DATABASE_URL": database_url,
+            "FLOOR_S3_ENDPOINT": s3.server.endpoint_url,
+            "FLOOR_S3_BUCKET": s3.bucket,
+            "FLOOR_S3_PREFIX": f"floor-{workers}/",
+            **s3.server.env(),
+        },
+        args.amber_root,
+    )
+    argv = [
+        *(sys.executable, "-m", "uvicorn", "floor_s3_app:app"),
+        *("--app-dir", str(Path(__file__).resolve().parent), "--host", "127.0.0.1"),
+        *("--port", str(port), "--workers", str(workers), "--no-access-log"),
+        *("--log-level", "warning"),
+    ]
+    server = Server(f"floor-{workers}w", argv, env, port, work, cwd=args.amber_root)
+    server.wait_ready("/healthz")
+    return server
+
+
 def start_profiler(args: argparse.Namespace, amber: Server, label: str) -> Any:
     """py-spy (every running thread, all Amber processes) over one phase, if asked."""
     if not args.py_spy:
@@ -493,6 +520,12 @@ def run_workers(
         stack.callback(schema.drop)
         amber = start_amber(workers, schema.url, s3, work, args)
         stack.callback(amber.stop)
+        floor = None
+        if args.floor:
+            floor_schema = PostgresSchema(args.postgres_url)
+            stack.callback(floor_schema.drop)
+            floor = start_floor(workers, floor_schema.url, s3, work, args)
+            stack.callback(floor.stop)
         s3_pid = s3.server.process.pid
         common = {"api_key": amber.api_key}
         # The 1,000 URI-Ms resolved: written first, not measured.
@@ -534,6 +567,8 @@ def run_workers(
             for kind in order:
                 floors = [*(["boto3"] if args.boto3 else []), *(["lean"] if args.lean else [])]
                 targets = ["amber", "s3", *floors]
+                if floor is not None and kind == "write":
+                    targets.insert(1, "floor")
                 for target in targets if n % 2 else targets[::-1]:
                     if target in ("boto3", "lean"):
                         result = boto3_phase(args, s3, kind, s3.written, target)
@@ -542,7 +577,11 @@ def run_workers(
                         phases.append(phase)
                         print_phase(phase, args)
                         continue
-                    if target == "amber" and kind == "write":
+                    if target == "floor":
+                        assert floor is not None
+                        extra = {"method": "POST", "targets": ["/api/v1/mementos"]}
+                        spec = phase_spec(args, floor.base_url, floor.pid, s3_pid, amber_write=True)
+                    elif target == "amber" and kind == "write":
                         extra = {"method": "POST", "targets": ["/api/v1/mementos"]}
                         spec = phase_spec(
                             args, amber.base_url, amber.pid, s3_pid, amber_write=True, **common
@@ -608,12 +647,16 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
             mine = [p for p in phases if p.workers == workers and p.kind == kind]
             boto3 = [p for p in mine if p.target == "boto3" and p.rps]
             lean = [p for p in mine if p.target == "lean" and p.rps]
-            ratios = []
+            ratios, floor_ratios, of_floor = [], [], []
             for n in sorted({p.round for p in mine}):
                 amber = [p for p in mine if p.round == n and p.target == "amber"]
                 s3 = [p for p in mine if p.round == n and p.target == "s3"]
+                floor = [p for p in mine if p.round == n and p.target == "floor" and p.rps]
                 if amber and s3 and s3[0].rps:
                     ratios.append(amber[0].rps / s3[0].rps)
+                if floor and s3 and s3[0].rps:
+                    floor_ratios.append(floor[0].rps / s3[0].rps)
+                    of_floor.append(amber[0].rps / floor[0].rps if amber else 0.0)
 
             def median(target: str, field: str, of: list[Phase] = mine) -> float:
                 return statistics.median(getattr(p, field) for p in of if p.target == target)
@@ -640,6 +683,10 @@ def summary_of(phases: list[Phase]) -> list[dict[str, Any]]:
                     "lean_cpu_ms": statistics.median(p.load_cpu / p.rps * 1000 for p in lean)
                     if lean
                     else None,
+                    "floor_rps": median("floor", "rps") if floor_ratios else None,
+                    "floor_ratio": statistics.median(floor_ratios) if floor_ratios else None,
+                    "floor_cpu_ms": median("floor", "amber_cpu_ms") if floor_ratios else None,
+                    "amber_of_floor": statistics.median(of_floor) if of_floor else None,
                     "noisy": any(p.other_cpu > NOISY_OTHER_CPU for p in mine),
                 }
             )
@@ -663,6 +710,13 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
                 f"\n{'':>16}boto3 from threads: {r['boto3_rps']:.0f} req/s, "
                 f"{r['boto3_cpu_ms']:.2f} ms CPU per request in the caller"
                 if r["boto3_rps"]
+                else ""
+            )
+            + (
+                f"\n{'':>16}floor (floor_s3_app.py): {r['floor_rps']:.0f} req/s = "
+                f"{r['floor_ratio']:.2f} of S3's own, {r['floor_cpu_ms']:.2f} ms CPU per "
+                f"request; Amber = {r['amber_of_floor']:.2f} of the floor"
+                if r.get("floor_rps")
                 else ""
             )
             + (
@@ -700,6 +754,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="also drive the S3 server with boto3 from threads of this process (the floor of "
         "a Python caller using botocore; its CPU per request is 'load' / req/s)",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also drive benchmarks/floor_s3_app.py, the least work a durable write on "
+        "PostgreSQL + S3 can be (its CPU is shown in the amber column)",
     )
     parser.add_argument(
         "--py-spy",
