@@ -439,11 +439,6 @@ async def test_a_put_after_a_failed_identical_one_tries_for_itself(rig: Rig) -> 
     rig.assert_stored_once()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: LoopPuts.put hands the leader's CancelledError to every follower waiting"
-    " on it (set_exception(CancelledError) + 'except Exception' in the follower)",
-)
 async def test_a_cancelled_first_put_does_not_cancel_the_ones_waiting_for_it(
     moto_server_bucket: S3Bucket,
 ) -> None:

@@ -43,6 +43,10 @@ InitialLock = Callable[[datetime | None], datetime | None]
 CompletePut = Callable[..., StoredBlob]
 
 
+class _LeaderGone(Exception):
+    """The put others were waiting for was cancelled before it ended."""
+
+
 class LoopPuts:
     """PutObject on the caller's event loop, with the complete path behind it."""
 
@@ -82,7 +86,8 @@ class LoopPuts:
         try:
             stored = await self._put(address, data, lock, retain_until)
         except BaseException as error:
-            mine.set_exception(error)
+            # A cancelled leader's cancellation is its own: those waiting put for themselves.
+            mine.set_exception(error if isinstance(error, Exception) else _LeaderGone())
             mine.exception()  # retrieved: nobody may be waiting for it
             raise
         else:
