@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -212,35 +213,42 @@ def _now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
-_floor: Floor | None = None
+def asgi(make_floor: Callable[[], Any]) -> Callable[..., Awaitable[None]]:
+    """A plain ASGI app around a floor (``write(body)``, optional ``close()``): lifespan,
+    ``/healthz``, and every other request a write. floor_s3_app.py serves its floor so too."""
+    floor: Any = None
 
-
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    global _floor
-    if scope["type"] == "lifespan":
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        nonlocal floor
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    floor = make_floor()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    if floor is not None and hasattr(floor, "close"):
+                        floor.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/healthz":
+            await _answer(send, 200, {"status": "ok"})
+            return
+        chunks = []
         while True:
             message = await receive()
-            if message["type"] == "lifespan.startup":
-                _floor = Floor(DATA_DIR, packed=PACKED)
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if _floor is not None:
-                    _floor.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    if scope["type"] != "http":
-        return
-    if scope["path"] == "/healthz":
-        await _answer(send, 200, {"status": "ok"})
-        return
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    assert _floor is not None
-    await _answer(send, 201, await _floor.write(json.loads(b"".join(chunks))))
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        assert floor is not None
+        await _answer(send, 201, await floor.write(json.loads(b"".join(chunks))))
+
+    return app
+
+
+app = asgi(lambda: Floor(DATA_DIR, packed=PACKED))
 
 
 async def _answer(send: Any, status: int, document: dict[str, str]) -> None:

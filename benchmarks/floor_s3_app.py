@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import queue
 import threading
@@ -35,6 +34,7 @@ from typing import Any
 import blake3
 import psycopg
 from botocore.credentials import Credentials
+from floor_app import asgi  # the sibling script (--app-dir benchmarks)
 
 from archive.blobstore.s3_lean import LeanS3
 from archive.index import Index
@@ -166,45 +166,4 @@ class Floor:
         }
 
 
-_floor: Floor | None = None
-
-
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    global _floor
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                _floor = Floor()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    if scope["type"] != "http":
-        return
-    if scope["path"] == "/healthz":
-        await _answer(send, 200, {"status": "ok"})
-        return
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    assert _floor is not None
-    await _answer(send, 201, await _floor.write(json.loads(b"".join(chunks))))
-
-
-async def _answer(send: Any, status: int, document: dict[str, str]) -> None:
-    body = json.dumps(document).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+app = asgi(Floor)
