@@ -25,12 +25,11 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,14 +68,9 @@ class GroupCommitter(Generic[T, R]):
         *,
         max_batch: int = 256,
         name: str = "amber-group-commit",
-        max_wait: float = 0.0,
     ) -> None:
         self._commit_batch = commit_batch
         self._max_batch = max_batch
-        # The commit delay, as LoopGroupCommitter's: 0 commits whatever is queued at once.
-        self._max_wait = max_wait
-        self._recent = 0.0
-        self._idle_since = float("-inf")
         self.counts = CommitCounts()
         self._queue: queue.SimpleQueue[tuple[T, Future[R]] | object] = queue.SimpleQueue()
         self._closed = False
@@ -119,33 +113,19 @@ class GroupCommitter(Generic[T, R]):
             if first is _STOP:
                 return
             batch = [first]
-            stop_after = self._gather(batch)
+            stop_after = False
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop_after = True
+                    break
+                batch.append(nxt)
             self._commit(batch)  # type: ignore[arg-type]
-            self._idle_since = time.monotonic()
             if stop_after:
                 return
-
-    def _gather(self, batch: list[Any]) -> bool:
-        """Add what is queued to ``batch``; with a commit delay, wait (``max_wait`` at most)
-        while it is much smaller than recent batches. True when the committer was closed."""
-        deadline: float | None = None
-        if self._max_wait > 0 and time.monotonic() - self._idle_since > IDLE_FORGETS:
-            self._recent = 0.0  # the crowd of writers that made the last batches left
-        wanted = min(self._max_batch, int(self._recent * FILL_RATIO))
-        while len(batch) < self._max_batch:
-            try:
-                if len(batch) >= wanted:
-                    nxt = self._queue.get_nowait()
-                else:
-                    deadline = deadline or time.monotonic() + self._max_wait
-                    nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if nxt is _STOP:
-                return True
-            batch.append(nxt)
-        self._recent = max(len(batch), self._recent * RECENT_DECAY)
-        return False
 
     def _commit(self, batch: list[tuple[T, Future[R]]]) -> None:
         self.counts.add(len(batch))

@@ -44,8 +44,6 @@ _T = TypeVar("_T")
 # Hashing and staging a write's bytes this small takes microseconds on the caller's event
 # loop: less than handing it to a worker thread.
 QUICK_WRITE_BYTES = 256 * 1024
-# The longest a write waits for its batch to fill (only while many writers are active).
-COMMIT_DELAY = 0.002
 
 
 @dataclass(frozen=True)
@@ -125,10 +123,8 @@ class MementoWriter:
         self.index = index
         self._get_memento = get_memento  # replays answer with the memento as it is now
         self._grace = timedelta(days=settings.citations.retention_days)
-        # Writes wait up to 2 ms for a batch as large as recent ones: a batch costs ~2 ms of
-        # CPU whatever its size on PostgreSQL (docs/design.md, "Group commit").
         self.committer: GroupCommitter[PendingWrite, WriteResult] = GroupCommitter(
-            self._commit_batch, max_wait=COMMIT_DELAY
+            self._commit_batch
         )
         # Writes from an event loop (write_async): committed by the loop, which waits for
         # the disk in this one thread.

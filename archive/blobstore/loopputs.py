@@ -67,7 +67,7 @@ class LoopPuts:
         self._running: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[tuple[str, datetime | None], asyncio.Future[StoredBlob]]
         ] = weakref.WeakKeyDictionary()
-        self.on_loop = 0  # puts answered on the loop (for tests and /metrics)
+        self.on_loop = 0  # puts answered on the loop (for tests and benchmarks)
         self.handed_over = 0  # puts the complete path finished
 
     async def put(self, data: bytes, retain_until: datetime | None) -> StoredBlob:
