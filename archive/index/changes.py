@@ -82,10 +82,10 @@ class Changes:
 
     def before_commit(self, connection: Connection) -> None:
         """Moves the TimeMaps generation of a write that inserted mementos (PostgreSQL) as
-        late as it can: the row stays locked, and concurrent writers wait, only until the
-        commit, not through the whole transaction."""
-        if connection.info.pop(_BUMP_AT_COMMIT, False):
-            self.announce(connection, TIMEMAPS)
+        late as it can, with the COMMIT: the row stays locked, and concurrent writers wait,
+        only while the server commits, not through the whole transaction."""
+        if connection.info.pop(_BUMP_AT_COMMIT, False) and self.generations is not None:
+            self.generations.bump_at_commit(connection, TIMEMAPS)
 
     def announce(self, connection: Connection, kind: str) -> None:
         """On PostgreSQL, make this write transaction a change of ``kind`` (DELETIONS,

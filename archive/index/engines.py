@@ -22,6 +22,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 
+from archive.index.roundtrips import execute_first
+
 log = logging.getLogger(__name__)
 
 # The advisory lock key writers share and retention's deletions take alone (PostgreSQL);
@@ -38,7 +40,8 @@ def lock_against_sweeps(connection: Connection, dialect: str, *, exclusive: bool
     a retention sweep from deleting beside a write that reaches the same memento."""
     if dialect == "postgresql":
         function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        connection.exec_driver_sql(f"SELECT {function}({RETENTION_LOCK})")
+        # With the transaction's BEGIN, in one round trip.
+        execute_first(connection, f"SELECT {function}({RETENTION_LOCK})")
 
 
 @dataclass

@@ -30,6 +30,7 @@ from weakref import WeakKeyDictionary
 import anyio
 from sqlalchemy import Connection, Engine, select, update
 
+from archive.index.roundtrips import defer_to_commit
 from archive.index.schema import change_generations
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ TIMEMAPS = "timemaps"
 _SEEN: ContextVar[dict[str, int] | None] = ContextVar("amber_change_generations", default=None)
 
 Generations = dict[str, int]
+
+_BUMP = "UPDATE change_generations SET generation = generation + 1 WHERE kind = %s"
 
 
 class SharedGenerations:
@@ -94,6 +97,12 @@ class SharedGenerations:
             .where(change_generations.c.kind == kind)
             .values(generation=change_generations.c.generation + 1)
         )
+
+    @staticmethod
+    def bump_at_commit(connection: Connection, kind: str) -> None:
+        """:meth:`bump`, sent with the transaction's COMMIT (roundtrips.defer_to_commit): the
+        row every writer moves stays locked only while the server commits."""
+        defer_to_commit(connection, _BUMP, (kind,))
 
 
 class _SharedRead:

@@ -51,6 +51,7 @@ from archive.index.migrations import migrate
 from archive.index.navigation import Neighbours, TimeTravel
 from archive.index.prepared import Lookups
 from archive.index.recorded import RecordedSettings
+from archive.index.roundtrips import commit_with_deferred, expect_deferred
 from archive.index.rows import (
     StoredResponse,
     WriteOutcome,
@@ -184,6 +185,7 @@ class Index:
         (:meth:`_before_commit`), and the write becomes the changes it is
         (:meth:`Changes.begin_write`). ``after_end`` runs once it has ended."""
         after_end.callback(connection.info.pop, _LOG_PENDING, None)
+        expect_deferred(connection, after_end)
         if self.log is not None:
             self.log.defer(connection)  # leaves sequenced by _before_commit
         self.changes.begin_write(connection, after_end, exclusive=exclusive)
@@ -193,10 +195,14 @@ class Index:
         sequences the write's evidence-log leaves, as late as it can: those rows stay locked,
         and concurrent writers wait, only until the commit, not through the whole
         transaction. Always in this order (exclusive writes bump TimeMaps earlier), so no
-        writer waits for one row while holding the other."""
+        writer waits for one row while holding the other.
+
+        On PostgreSQL both go out with the COMMIT, in one round trip
+        (:mod:`archive.index.roundtrips`): the transaction has ended when this returns."""
         self.changes.before_commit(connection)
         if self.log is not None:
             self.log.flush(connection)
+        commit_with_deferred(connection)
 
     async def observe_changes(self) -> None:
         """What every request awaits before answering from memory: :meth:`Changes.observe`."""

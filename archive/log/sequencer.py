@@ -9,8 +9,9 @@ SQLite the one writer already holds the database's write lock.
 
 Inside :meth:`Index.write` (and ``open_write``) the statements wait in the transaction and
 are sequenced by :meth:`LeafSequencer.flush`, the last statement before the commit: on
-PostgreSQL the counter's row is then locked for one statement and the commit, not for the
-whole transaction, so concurrent writers overlap everything else (docs/design.md §12.2).
+PostgreSQL it goes out with the COMMIT (archive/index/roundtrips.py), so the counter's row
+is locked while the server runs that one message, not for the whole transaction, and
+concurrent writers overlap everything else (docs/design.md §12.2).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy import Connection, or_, select, update
 
 from archive.dates import utc_now
 from archive.exceptions import ConfigurationError
+from archive.index.roundtrips import defer_to_commit
 from archive.index.schema import citations, log_leaves
 from archive.log.statements import (
     CITATION,
@@ -63,10 +65,15 @@ class LeafSequencer:
         connection.info[PENDING] = []
 
     def flush(self, connection: Connection) -> None:
-        """Sequence what this transaction appended: its last statement before the commit."""
+        """Sequence what this transaction appended: its last statement before the commit
+        (on PostgreSQL sent with the COMMIT, roundtrips.defer_to_commit)."""
         pending: list[Statement] | None = connection.info.pop(PENDING, None)
-        if pending:
-            self.sequence(connection, pending)
+        if not pending:
+            return
+        if connection.dialect.name != "sqlite":
+            defer_to_commit(connection, _SEQUENCE_PG, _sequence_parameters(pending, _now()))
+            return
+        self.sequence(connection, pending)
 
     def append(self, connection: Connection, statements: Sequence[Statement]) -> None:
         """Sequence ``statements`` in order in this transaction: at its commit when it was
@@ -83,9 +90,9 @@ class LeafSequencer:
             return
         # On the driver: this runs in every write transaction, and SQLAlchemy's statement
         # handling would cost more than the two statements themselves.
-        now = utc_now().replace(tzinfo=None)  # naive UTC, as UTCDateTime stores it
+        now = _now()
         if connection.dialect.name != "sqlite":
-            self._sequence_pg(connection, statements, now)
+            connection.exec_driver_sql(_SEQUENCE_PG, _sequence_parameters(statements, now))
             return
         end = int(connection.exec_driver_sql(_NEXT_SQLITE, (len(statements),)).scalar_one())
         first = end - len(statements)
@@ -96,21 +103,6 @@ class LeafSequencer:
                 (first + i, s.kind, s.subject, s.tenant, s.text, s.leaf_hash.hex(), at)
                 for i, s in enumerate(statements)
             ],
-        )
-
-    @staticmethod
-    def _sequence_pg(connection: Connection, statements: Sequence[Statement], at: datetime) -> None:
-        connection.exec_driver_sql(
-            _SEQUENCE_PG,
-            {
-                "n": len(statements),
-                "at": at,
-                "kind": [s.kind for s in statements],
-                "subject": [s.subject for s in statements],
-                "tenant": [s.tenant for s in statements],
-                "statement": [s.text for s in statements],
-                "leaf_hash": [s.leaf_hash.hex() for s in statements],
-            },
         )
 
     def log_mementos(
@@ -170,6 +162,23 @@ class LeafSequencer:
             .values(statement=None)
         )
         return int(result.rowcount or 0)
+
+
+def _now() -> datetime:
+    return utc_now().replace(tzinfo=None)  # naive UTC, as UTCDateTime stores it
+
+
+def _sequence_parameters(statements: Sequence[Statement], at: datetime) -> dict[str, Any]:
+    """:data:`_SEQUENCE_PG`'s parameters for ``statements``, sequenced at ``at``."""
+    return {
+        "n": len(statements),
+        "at": at,
+        "kind": [s.kind for s in statements],
+        "subject": [s.subject for s in statements],
+        "tenant": [s.tenant for s in statements],
+        "statement": [s.text for s in statements],
+        "leaf_hash": [s.leaf_hash.hex() for s in statements],
+    }
 
 
 def deletion_of(reason_json: str | None) -> tuple[str, Any]:
