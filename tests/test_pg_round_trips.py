@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, select, text
 
 from archive import Archive
 from archive.config import Settings
-from archive.index import Index
+from archive.index import Index, engines
 from archive.index.engines import driver_url, lock_against_sweeps
 from archive.index.roundtrips import defer_to_commit
 from archive.index.schema import change_generations, log_leaves, mementos
@@ -150,3 +150,26 @@ def test_a_first_statement_that_fails_raises_the_servers_error(
                 assert connection.exec_driver_sql("SELECT 1").scalar_one() == 1
     finally:
         other.dispose()
+
+
+def test_a_write_on_a_connection_whose_session_ended_fails_and_the_next_one_reconnects(
+    archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Used just now, so not pinged: BEGIN with the lock is the first to meet the lost
+    # session. That write fails; the pool drops the connection, and the next write commits.
+    monkeypatch.setattr(engines, "PING_IDLE_SECONDS", 3600.0)
+    writes = archive.writes
+    writes._commit_batch([pending(archive, 0)])
+    with archive.index._writer.connect() as connection:
+        pid = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        connection.rollback()
+    with archive.index.read() as connection:
+        connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    lost = pending(archive, 1)
+    with pytest.raises(Exception, match="terminat|closed|lost|server"):
+        with archive.index.write() as connection:
+            writes._insert_batch(connection, [lost])
+    result = writes._commit_batch([lost])[0]
+    assert not isinstance(result, BaseException) and result.created
+    with archive.index._writer.connect() as connection:
+        assert connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() != pid
