@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, func, select, text
+from sqlalchemy import Engine, create_engine, event, func, select, text
 
 from archive import Archive
 from archive.config import Settings
@@ -47,8 +47,18 @@ def pending(archive: Archive, n: int) -> PendingWrite:
 
 
 def sent_by_writer(index: Index) -> Iterator[list[tuple[str, str]]]:
-    """What the writer's connections send while the generator is suspended: (message
-    type, its first argument) for each frontend message of libpq's trace."""
+    """What the writer's connections send while the generator is suspended."""
+    return sent_on(index._writer)
+
+
+def sent_by_readers(index: Index) -> Iterator[list[tuple[str, str]]]:
+    return sent_on(index._reader)
+
+
+def sent_on(engine: Engine) -> Iterator[list[tuple[str, str]]]:
+    """What ``engine``'s connections send while the generator is suspended: (message
+    type, its first argument) for each frontend message of libpq's trace, including the
+    pool's reset of a connection it takes back (which runs before the checkin event)."""
     trace = tempfile.TemporaryFile(mode="w+")
 
     def start(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -57,14 +67,14 @@ def sent_by_writer(index: Index) -> Iterator[list[tuple[str, str]]]:
     def stop(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.pgconn.untrace()
 
-    event.listen(index._writer, "checkout", start)
-    event.listen(index._writer, "checkin", stop)
+    event.listen(engine, "checkout", start)
+    event.listen(engine, "checkin", stop)
     sent: list[tuple[str, str]] = []
     try:
         yield sent
     finally:
-        event.remove(index._writer, "checkout", start)
-        event.remove(index._writer, "checkin", stop)
+        event.remove(engine, "checkout", start)
+        event.remove(engine, "checkin", stop)
     trace.seek(0)
     for line in trace:
         fields = line.rstrip("\n").split("\t")
@@ -173,3 +183,20 @@ def test_a_write_on_a_connection_whose_session_ended_fails_and_the_next_one_reco
     assert not isinstance(result, BaseException) and result.created
     with archive.index._writer.connect() as connection:
         assert connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() != pid
+
+
+def test_a_look_up_and_a_generation_read_are_one_round_trip_each(archive: Archive) -> None:
+    # Readers run in autocommit: no BEGIN before the SELECT, no ROLLBACK after it.
+    stored = archive.writes._commit_batch([pending(archive, 0)])[0]
+    assert not isinstance(stored, BaseException)
+    generations = archive.index.changes.generations
+    assert generations is not None
+    tracing = sent_by_readers(archive.index)
+    sent = next(tracing)
+    found = archive.index.get_memento("default", stored.memento.id)
+    read = generations.read()
+    next(tracing, None)
+    assert found is not None and found.id == stored.memento.id
+    assert read["timemaps"] >= 1
+    assert waits(sent) == 2, sent
+    assert not any("BEGIN" in text or "ROLLBACK" in text for _, text in sent)

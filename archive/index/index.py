@@ -95,7 +95,7 @@ class Index:
             self._reader = sqlite_engine(self.url, durable=durable, immediate=False)
         elif self.dialect == "postgresql":
             self._writer = postgres_engine(self.url, pool_size=5, max_overflow=5)
-            self._reader = postgres_engine(self.url, pool_size=10, max_overflow=10)
+            self._reader = postgres_engine(self.url, pool_size=10, max_overflow=10, autocommit=True)
         else:
             raise ConfigurationError("AMBER_DATABASE_URL must be sqlite:/// or postgresql://")
         migrate(self._writer)
