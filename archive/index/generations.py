@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from weakref import WeakKeyDictionary
 
 import anyio
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, select
 
 from archive.index.roundtrips import defer_to_commit
 from archive.index.schema import change_generations
@@ -92,11 +92,7 @@ class SharedGenerations:
     @staticmethod
     def bump(connection: Connection, kind: str) -> None:
         """Move ``kind``'s generation inside the change's transaction: visible with it."""
-        connection.execute(
-            update(change_generations)
-            .where(change_generations.c.kind == kind)
-            .values(generation=change_generations.c.generation + 1)
-        )
+        connection.exec_driver_sql(_BUMP, (kind,))
 
     @staticmethod
     def bump_at_commit(connection: Connection, kind: str) -> None:
