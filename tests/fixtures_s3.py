@@ -6,7 +6,8 @@ Enabled by ``pytest_plugins = ["fixtures_s3"]`` in ``tests/conftest.py``.
   ``weed`` is not installed, unless ``AMBER_REQUIRE_SERVICES=1`` (then it fails).
 - ``seaweedfs_bucket`` / ``moto_bucket``: a fresh bucket per test, as :class:`S3Bucket`.
   SeaweedFS buckets are created with Object Lock enabled, hence versioned.
-  ``s3_bucket`` runs a test once with each.
+  ``s3_bucket`` runs a test once with each. ``moto_server_bucket`` is moto over real HTTP;
+  ``s3_server_bucket`` runs a test with it and with SeaweedFS.
 - ``blob_store``: the same test runs against local, moto and SeaweedFS.
 - ``s3_settings_for(...)`` / ``seaweedfs_settings``: ``Settings`` pointing at a bucket,
   with credentials in (monkeypatched) ``AWS_*`` environment variables, for code that goes
@@ -27,6 +28,7 @@ import boto3
 import pytest
 from botocore.credentials import Credentials
 from moto import mock_aws  # before any boto3 session exists: moto hooks new sessions only
+from moto.server import ThreadedMotoServer
 
 from archive.blobstore.local import LocalBlobStore
 from archive.blobstore.s3 import S3BlobStore
@@ -205,6 +207,36 @@ def moto_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Bucket]:
 def s3_bucket(request: pytest.FixtureRequest) -> S3Bucket:
     """Each S3 backend in turn: moto (unversioned) and SeaweedFS (versioned)."""
     bucket: S3Bucket = request.getfixturevalue(f"{request.param}_bucket")
+    return bucket
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto in server mode: a real HTTP endpoint (unlike ``moto_bucket``'s in-process
+    fake), for clients with their own HTTP layer."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def moto_server_bucket(moto_endpoint: str) -> S3Bucket:
+    client = s3_client(moto_endpoint, "testing", "testing")
+    name = unique_bucket_name()
+    client.create_bucket(Bucket=name)
+    return S3Bucket(client, name, moto_endpoint, False, "testing", "testing")
+
+
+@pytest.fixture(params=["moto-server", pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
+def s3_server_bucket(request: pytest.FixtureRequest) -> S3Bucket:
+    """Each real server in turn, over HTTP: moto's server mode (unversioned) and SeaweedFS
+    (versioned)."""
+    name = "moto_server_bucket" if request.param == "moto-server" else "seaweedfs_bucket"
+    bucket: S3Bucket = request.getfixturevalue(name)
     return bucket
 
 

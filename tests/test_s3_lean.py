@@ -29,10 +29,7 @@ from fixtures_s3 import (
     REGION,
     S3Bucket,
     lean_client,
-    s3_client,
-    unique_bucket_name,
 )
-from moto.server import ThreadedMotoServer
 from urllib3.exceptions import NewConnectionError, ProtocolError, ReadTimeoutError
 
 from archive.blobstore.base import StoredBlob
@@ -48,33 +45,6 @@ After = Callable[[Response], Response]  # rewrites (or raises on) the server's a
 
 
 # -- servers and stores -----------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture()
-def moto_server_bucket(moto_endpoint: str) -> S3Bucket:
-    client = s3_client(moto_endpoint, "testing", "testing")
-    name = unique_bucket_name()
-    client.create_bucket(Bucket=name)
-    return S3Bucket(client, name, moto_endpoint, False, "testing", "testing")
-
-
-@pytest.fixture(params=["moto-server", pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
-def lean_bucket(request: pytest.FixtureRequest) -> S3Bucket:
-    """Each real server in turn: moto's server mode (unversioned) and SeaweedFS."""
-    name = "moto_server_bucket" if request.param == "moto-server" else "seaweedfs_bucket"
-    bucket: S3Bucket = request.getfixturevalue(name)
-    return bucket
 
 
 def lean_store(bucket: S3Bucket, **options: Any) -> S3BlobStore:
@@ -157,9 +127,9 @@ def always(action: Any) -> Iterator[Any]:
 
 
 @pytest.fixture()
-def faulty(lean_bucket: S3Bucket) -> tuple[S3BlobStore, Faults]:
-    lean = lean_client(lean_bucket)
-    return lean_store(lean_bucket, lean=lean), Faults(lean)
+def faulty(s3_server_bucket: S3Bucket) -> tuple[S3BlobStore, Faults]:
+    lean = lean_client(s3_server_bucket)
+    return lean_store(s3_server_bucket, lean=lean), Faults(lean)
 
 
 def stored_versions(bucket: S3Bucket, key: str) -> list[str]:
@@ -183,15 +153,15 @@ def assert_nothing_stored(bucket: S3Bucket) -> None:
 # -- the plain operations ---------------------------------------------------------------
 
 
-def test_put_get_head_round_trip_matches_botocore(lean_bucket: S3Bucket) -> None:
-    store = lean_store(lean_bucket)
+def test_put_get_head_round_trip_matches_botocore(s3_server_bucket: S3Bucket) -> None:
+    store = lean_store(s3_server_bucket)
     stored = store.put(DATA)
     assert stored.created is True
     assert store.get(stored.address, stored.version_id) == DATA
     assert store.exists(stored.address) is True
     # What botocore sees of the object the lean client stored: same bytes, same checksum.
-    head = lean_bucket.client.head_object(
-        Bucket=lean_bucket.name, Key=store.key_for(stored.address), ChecksumMode="ENABLED"
+    head = s3_server_bucket.client.head_object(
+        Bucket=s3_server_bucket.name, Key=store.key_for(stored.address), ChecksumMode="ENABLED"
     )
     assert head["ContentLength"] == len(DATA)
     checksum = base64.b64encode(hashlib.sha256(DATA).digest()).decode()
@@ -199,13 +169,13 @@ def test_put_get_head_round_trip_matches_botocore(lean_bucket: S3Bucket) -> None
     assert head.get("VersionId") == stored.version_id
     again = store.put(DATA)  # the conditional create: 412, confirmed by HEAD
     assert again.created is False and again.version_id == stored.version_id
-    assert_stored_once(lean_bucket, store)
+    assert_stored_once(s3_server_bucket, store)
 
 
-def test_missing_object_is_blob_not_found(lean_bucket: S3Bucket) -> None:
+def test_missing_object_is_blob_not_found(s3_server_bucket: S3Bucket) -> None:
     from archive.exceptions import BlobNotFound
 
-    store = lean_store(lean_bucket)
+    store = lean_store(s3_server_bucket)
     with pytest.raises(BlobNotFound):
         store.get(content_address(b"never stored"))
     assert store.exists(content_address(b"never stored")) is False
@@ -255,28 +225,28 @@ def test_put_locks_the_new_version(seaweedfs_bucket: S3Bucket) -> None:
     ids=["slowdown", "503", "500", "429", "409-conflict", "refused", "closed", "timeout"],
 )
 def test_put_retries_transient_failure_then_succeeds_once(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket, fault: Before
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket, fault: Before
 ) -> None:
     store, faults = faulty
     faults.before("PUT", [fault, fault])
     assert store.put(DATA).created is True
     assert faults.calls["PUT"] == 3 and faults.sends["PUT"] == 1
-    assert_stored_once(lean_bucket, store)
+    assert_stored_once(s3_server_bucket, store)
 
 
 def test_put_persistent_500_raises_storage_error_and_stores_nothing(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket
 ) -> None:
     store, faults = faulty
     faults.before("PUT", always(answer(500, "InternalError")))
     with pytest.raises(StorageError, match=r"PUT failed after 4 attempt\(s\): InternalError"):
         store.put(DATA)
     assert faults.calls["PUT"] == store.attempts
-    assert_nothing_stored(lean_bucket)
+    assert_nothing_stored(s3_server_bucket)
 
 
 def test_put_stored_but_answered_500_succeeds_exactly_once(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket
 ) -> None:
     store, faults = faulty
     faults.after("PUT", [report_as(500, "InternalError")])
@@ -284,49 +254,51 @@ def test_put_stored_but_answered_500_succeeds_exactly_once(
     # The retry met the stored object (412, nothing overwritten) and HEAD confirmed it.
     assert faults.sends["PUT"] == 2 and faults.sends["HEAD"] == 1
     assert stored.created is False
-    assert_stored_once(lean_bucket, store)
-    if lean_bucket.versioned:
+    assert_stored_once(s3_server_bucket, store)
+    if s3_server_bucket.versioned:
         key = store.key_for(stored.address)
-        assert stored.version_id == stored_versions(lean_bucket, key)[0]
+        assert stored.version_id == stored_versions(s3_server_bucket, key)[0]
 
 
 def test_put_stored_but_timed_out_succeeds_exactly_once(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket
 ) -> None:
     store, faults = faulty
     faults.after("PUT", [time_out])
     assert store.put(DATA).created is False
-    assert_stored_once(lean_bucket, store)
+    assert_stored_once(s3_server_bucket, store)
 
 
 def test_put_head_failing_after_412_is_retried(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket
 ) -> None:
     store, faults = faulty
     faults.after("PUT", [report_as(500, "InternalError")])
     faults.before("HEAD", [answer(503, "SlowDown")])
     assert store.put(DATA).created is False
     assert faults.calls["PUT"] == 3 and faults.calls["HEAD"] == 2
-    assert_stored_once(lean_bucket, store)
+    assert_stored_once(s3_server_bucket, store)
 
 
 def test_put_412_for_an_object_that_vanished_is_retried(
-    faulty: tuple[S3BlobStore, Faults], lean_bucket: S3Bucket
+    faulty: tuple[S3BlobStore, Faults], s3_server_bucket: S3Bucket
 ) -> None:
     store, faults = faulty
     faults.before("PUT", [answer(412, "PreconditionFailed")])  # HEAD will find nothing
     assert store.put(DATA).created is True
     assert faults.calls["PUT"] == 2
-    assert_stored_once(lean_bucket, store)
+    assert_stored_once(s3_server_bucket, store)
 
 
-def test_put_412_with_different_stored_size_is_an_integrity_error(lean_bucket: S3Bucket) -> None:
-    store = lean_store(lean_bucket)
+def test_put_412_with_different_stored_size_is_an_integrity_error(
+    s3_server_bucket: S3Bucket,
+) -> None:
+    store = lean_store(s3_server_bucket)
     key = store.key_for(content_address(DATA))
-    lean_bucket.client.put_object(Bucket=lean_bucket.name, Key=key, Body=DATA[:-1])
+    s3_server_bucket.client.put_object(Bucket=s3_server_bucket.name, Key=key, Body=DATA[:-1])
     with pytest.raises(IntegrityError):
         store.put(DATA)
-    assert len(stored_versions(lean_bucket, key)) == 1  # nothing overwritten
+    assert len(stored_versions(s3_server_bucket, key)) == 1  # nothing overwritten
 
 
 @pytest.mark.seaweedfs
@@ -494,13 +466,13 @@ def test_from_settings_picks_the_client(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_identical_concurrent_puts_share_one_upload_and_never_back_off(
-    lean_bucket: S3Bucket,
+    s3_server_bucket: S3Bucket,
 ) -> None:
     putters = 8
     slept: list[float] = []
-    lean = lean_client(lean_bucket)
+    lean = lean_client(s3_server_bucket)
     faults = Faults(lean)
-    store = lean_store(lean_bucket, lean=lean, sleep=slept.append)
+    store = lean_store(s3_server_bucket, lean=lean, sleep=slept.append)
     started = threading.Barrier(putters)
 
     def put() -> StoredBlob:
@@ -514,7 +486,7 @@ def test_identical_concurrent_puts_share_one_upload_and_never_back_off(
         assert {s.address for s in stored} == {content_address(DATA)}
         assert sum(s.created for s in stored) == 1
         assert faults.sends["PUT"] < putters, "concurrent identical puts shared an upload"
-        assert_stored_once(lean_bucket, store)
+        assert_stored_once(s3_server_bucket, store)
     finally:
         store.close()
 

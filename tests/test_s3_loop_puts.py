@@ -39,11 +39,8 @@ from fixtures_s3 import (
     REGION,
     S3Bucket,
     lean_client,
-    s3_client,
     set_aws_env,
-    unique_bucket_name,
 )
-from moto.server import ThreadedMotoServer
 
 from archive.archive import Archive
 from archive.blobstore.loophttp import ConnectionDropped, LoopConnections, Response
@@ -76,33 +73,6 @@ def anyio_backend() -> str:
 
 
 # -- servers, buckets and stores --------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture()
-def moto_server_bucket(moto_endpoint: str) -> S3Bucket:
-    client = s3_client(moto_endpoint, "testing", "testing")
-    name = unique_bucket_name()
-    client.create_bucket(Bucket=name)
-    return S3Bucket(client, name, moto_endpoint, False, "testing", "testing")
-
-
-@pytest.fixture(params=["moto-server", pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
-def loop_bucket(request: pytest.FixtureRequest) -> S3Bucket:
-    """Each real server in turn: moto's server mode (unversioned) and SeaweedFS (versioned)."""
-    name = "moto_server_bucket" if request.param == "moto-server" else "seaweedfs_bucket"
-    bucket: S3Bucket = request.getfixturevalue(name)
-    return bucket
 
 
 Before = Callable[[], Response]  # answers instead of the server, or raises; nothing sent
@@ -211,8 +181,8 @@ def make_rig(bucket: S3Bucket, **options: Any) -> Rig:
 
 
 @pytest.fixture()
-async def rig(loop_bucket: S3Bucket) -> AsyncIterator[Rig]:
-    made = make_rig(loop_bucket)
+async def rig(s3_server_bucket: S3Bucket) -> AsyncIterator[Rig]:
+    made = make_rig(s3_server_bucket)
     try:
         yield made
     finally:
@@ -395,11 +365,11 @@ async def test_bytes_stored_already_get_412_on_the_loop_then_confirmed(rig: Rig)
 
 
 async def test_identical_concurrent_puts_share_one_upload_and_never_back_off(
-    loop_bucket: S3Bucket,
+    s3_server_bucket: S3Bucket,
 ) -> None:
     putters = 8
     # A real backoff of a second: a put that waited out a conflict would show in the time.
-    made = make_rig(loop_bucket, attempts=5, backoff_base=1.0, backoff_max=1.0)
+    made = make_rig(s3_server_bucket, attempts=5, backoff_base=1.0, backoff_max=1.0)
     made.loop.delay = 0.05  # every putter arrives while the first upload is in flight
     puts = made.store.loop_puts
     assert puts is not None
